@@ -1,0 +1,75 @@
+// CPU binding of pygpt.attention: checks arguments, allocates outputs, and runs the kernel's
+// independent work items on ATen's thread pool.
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <torch/library.h>
+
+#include "bindings/validate.h"
+#include "cpu/attention.h"
+
+namespace pygpt {
+namespace {
+
+template <typename T>
+cpu::View4<T> view4(const at::Tensor& t) {
+  return {t.const_data_ptr<T>(), t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::Tensor& k,
+                                                 const at::Tensor& v, bool causal,
+                                                 std::optional<double> scale) {
+  check_cpu_float(q, "pygpt.attention", "q");
+  const cpu::AttentionShape s = attention_shape(q, k, v, causal, scale);
+  at::Tensor out = at::empty({s.B, s.H, s.Tq, s.Dv}, q.options());
+  at::Tensor lse = at::empty({s.B, s.H, s.Tq}, q.options());
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "pygpt.attention", [&] {
+    at::parallel_for(0, cpu::attention_forward_items(s), 1, [&](int64_t begin, int64_t end) {
+      cpu::attention_forward<scalar_t>(s, view4<scalar_t>(q), view4<scalar_t>(k),
+                                       view4<scalar_t>(v), out.data_ptr<scalar_t>(),
+                                       lse.data_ptr<scalar_t>(), begin, end);
+    });
+  });
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
+    const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, bool causal, std::optional<double> scale) {
+  const char* op = "pygpt.attention_backward";
+  check_cpu_float(q, op, "q");
+  const cpu::AttentionShape s = attention_shape(q, k, v, causal, scale);
+  check_matches(grad_out, "grad_out", q, "q", op);
+  check_matches(out, "out", q, "q", op);
+  check_matches(lse, "lse", q, "q", op);
+  const std::vector<int64_t> out_shape{s.B, s.H, s.Tq, s.Dv};
+  TORCH_CHECK(out.sizes() == out_shape, op, ": out must have shape ", at::IntArrayRef(out_shape),
+              ", got ", out.sizes());
+  TORCH_CHECK(grad_out.sizes() == out_shape, op, ": grad_out must have shape ",
+              at::IntArrayRef(out_shape), ", got ", grad_out.sizes());
+  TORCH_CHECK(lse.sizes() == at::IntArrayRef({s.B, s.H, s.Tq}), op, ": lse must have shape (",
+              s.B, ", ", s.H, ", ", s.Tq, "), got ", lse.sizes());
+  const at::Tensor lse_c = lse.contiguous();
+  at::Tensor dq = at::empty({s.B, s.H, s.Tq, s.Dk}, q.options());
+  at::Tensor dk = at::empty({s.B, s.H, s.Tk, s.Dk}, q.options());
+  at::Tensor dv = at::empty({s.B, s.H, s.Tk, s.Dv}, q.options());
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "pygpt.attention_backward", [&] {
+    at::parallel_for(0, cpu::attention_backward_items(s), 1, [&](int64_t begin, int64_t end) {
+      cpu::attention_backward<scalar_t>(
+          s, view4<scalar_t>(q), view4<scalar_t>(k), view4<scalar_t>(v), view4<scalar_t>(out),
+          view4<scalar_t>(grad_out), lse_c.const_data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
+          dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), begin, end);
+    });
+  });
+  return {dq, dk, dv};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pygpt, CPU, m) {
+  m.impl("attention", &attention_cpu);
+  m.impl("attention_backward", &attention_backward_cpu);
+}
+
+}  // namespace pygpt

@@ -1,0 +1,28 @@
+// The pygpt operator library: schemas of every op, and the (empty) Python module whose import
+// loads this shared object so that the registrations below run.
+#include <Python.h>
+#include <torch/library.h>
+
+extern "C" PyObject* PyInit__C(void) {
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C",
+                               "pygpt kernels; importing registers torch.ops.pygpt", -1, nullptr};
+  return PyModule_Create(&module);
+}
+
+TORCH_LIBRARY(pygpt, m) {
+  // Returns (out, lse); lse is the log-sum-exp of each scaled, masked score row.
+  m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=True, float? scale=None)"
+        " -> (Tensor, Tensor)");
+  m.def("attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,"
+        " bool causal, float? scale) -> (Tensor, Tensor, Tensor)");
+  // Returns (y, mean, rstd).
+  m.def("layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05)"
+        " -> (Tensor, Tensor, Tensor)");
+  // Returns (grad_x, grad_weight, grad_bias); a gradient not asked for is an empty tensor.
+  m.def("layer_norm_backward(Tensor grad_y, Tensor x, Tensor? weight, Tensor mean, Tensor rstd,"
+        " bool weight_grad, bool bias_grad) -> (Tensor, Tensor, Tensor)");
+  // Returns (mean loss, lse per row).
+  m.def("cross_entropy(Tensor logits, Tensor targets, int ignore_index=-100) -> (Tensor, Tensor)");
+  m.def("cross_entropy_backward(Tensor grad_loss, Tensor logits, Tensor targets, Tensor lse,"
+        " int ignore_index) -> Tensor");
+}

@@ -1,0 +1,32 @@
+// Argument checks shared by the ops' bindings. Each failure raises a c10::Error (RuntimeError or
+// ValueError in Python) whose message names the op, the argument and what was expected.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+#include "cpu/attention.h"
+
+namespace pygpt {
+
+// t is float32 or float64 (the dtypes the CPU kernels implement).
+void check_cpu_float(const at::Tensor& t, const char* op, const char* name);
+
+// t has the dtype and device of ref.
+void check_matches(const at::Tensor& t, const char* name, const at::Tensor& ref,
+                   const char* ref_name, const char* op);
+
+// q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv) agree; returns the shape with the default scale
+// 1/sqrt(Dk) filled in.
+cpu::AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    bool causal, std::optional<double> scale);
+
+// weight and bias, when given, are (C,) for x (..., C), with x's dtype and device.
+void check_layer_norm_args(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                           const std::optional<at::Tensor>& bias, const char* op);
+
+// logits (N, V) floating, targets (N,) int64 on the same device.
+void check_cross_entropy_args(const at::Tensor& logits, const at::Tensor& targets, const char* op);
+
+}  // namespace pygpt

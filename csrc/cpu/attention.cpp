@@ -1,0 +1,237 @@
+// Flash attention on the CPU. The forward walks one tile of queries across the key tiles with an
+// online softmax (running max and sum per row), so no Tq x Tk score matrix ever exists; it keeps
+// only the log-sum-exp per row. The backward recomputes each score tile from that log-sum-exp, in
+// the key-tile-outer order of FlashAttention-2: a key tile's dK and dV stay in a small accumulator
+// while the query tiles stream past, and dQ accumulates in a per-head buffer.
+#include "cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cpu/tile_gemm.h"
+#include "cpu/vec_math.h"
+
+namespace pygpt::cpu {
+namespace {
+
+constexpr int64_t kQueryTile = kAttentionQueryTile;
+constexpr int64_t kKeyTile = 64;  // a multiple of tile_cols<T>() for float and double
+
+// How many keys query i (0-based among the Tq queries) may see; the visible keys are a prefix.
+int64_t visible_keys(const AttentionShape& s, int64_t i) {
+  if (!s.causal) return s.Tk;
+  return std::clamp<int64_t>(i + 1 + s.Tk - s.Tq, 0, s.Tk);
+}
+
+// dst (rows_pad x ld) = mul * src[0:rows, 0:D], zero outside; src is a strided (T, D) slice.
+template <typename T>
+void pack_rows(const T* src, int64_t stride_t, int64_t stride_d, int64_t rows, int64_t rows_pad,
+               int64_t D, T mul, T* dst, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* s = src + r * stride_t;
+    T* d = dst + r * ld;
+    for (int64_t c = 0; c < D; ++c) d[c] = s[c * stride_d] * mul;
+    std::fill(d + D, d + ld, T(0));
+  }
+  std::fill(dst + rows * ld, dst + rows_pad * ld, T(0));
+}
+
+// dst (D x ld) = src[0:rows, 0:D] transposed, columns [rows, cols_pad) zeroed.
+template <typename T>
+void pack_transposed(const T* src, int64_t stride_t, int64_t stride_d, int64_t rows,
+                     int64_t cols_pad, int64_t D, T* dst, int64_t ld) {
+  for (int64_t j = 0; j < rows; ++j) {
+    const T* s = src + j * stride_t;
+    for (int64_t c = 0; c < D; ++c) dst[c * ld + j] = s[c * stride_d];
+  }
+  for (int64_t c = 0; c < D; ++c) std::fill(dst + c * ld + rows, dst + c * ld + cols_pad, T(0));
+}
+
+template <typename T>
+T row_max(const T* x, int64_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+// x[j] = exp(x[j] - shift) for j < n; returns their sum.
+template <typename T>
+T exp_shifted_sum(T* x, int64_t n, T shift) {
+  T sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) {
+    const T p = exp_fast(x[j] - shift);
+    x[j] = p;
+    sum += p;
+  }
+  return sum;
+}
+
+}  // namespace
+
+int64_t attention_forward_items(const AttentionShape& s) {
+  return s.B * s.H * ((s.Tq + kQueryTile - 1) / kQueryTile);
+}
+
+int64_t attention_backward_items(const AttentionShape& s) { return s.B * s.H; }
+
+template <typename T>
+void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T> v, T* out, T* lse,
+                       int64_t item_begin, int64_t item_end) {
+  constexpr int64_t NR = tile_cols<T>();
+  const int64_t q_tiles = (s.Tq + kQueryTile - 1) / kQueryTile;
+  const int64_t dk_pad = round_up(s.Dk, NR), dv_pad = round_up(s.Dv, NR);
+  std::vector<T> qs(kQueryTile * dk_pad), kt(s.Dk * kKeyTile), vs(kKeyTile * dv_pad);
+  std::vector<T> scores(kQueryTile * kKeyTile), acc(kQueryTile * dv_pad);
+  std::vector<T> m(kQueryTile), l(kQueryTile);
+
+  for (int64_t item = item_begin; item < item_end; ++item) {
+    const int64_t bh = item / q_tiles, b = bh / s.H, h = bh % s.H;
+    const int64_t r0 = (item % q_tiles) * kQueryTile;
+    const int64_t mq = std::min(kQueryTile, s.Tq - r0), mq_pad = round_up(mq, kTileRows);
+    pack_rows(q.at(b, h, r0), q.stride_t, q.stride_d, mq, mq_pad, s.Dk, T(s.scale), qs.data(),
+              dk_pad);
+    std::fill(acc.begin(), acc.end(), T(0));
+    std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
+    std::fill(l.begin(), l.end(), T(0));
+
+    const int64_t key_end = visible_keys(s, r0 + mq - 1);  // the tile's last row sees the most
+    for (int64_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
+      const int64_t nk = std::min(kKeyTile, key_end - k0), nk_pad = round_up(nk, NR);
+      pack_transposed(k.at(b, h, k0), k.stride_t, k.stride_d, nk, nk_pad, s.Dk, kt.data(),
+                      kKeyTile);
+      pack_rows(v.at(b, h, k0), v.stride_t, v.stride_d, nk, nk, s.Dv, T(1), vs.data(), dv_pad);
+      tile_gemm<T>(mq_pad, nk_pad, s.Dk, qs.data(), dk_pad, 1, kt.data(), kKeyTile, scores.data(),
+                   kKeyTile, false);
+      for (int64_t i = 0; i < mq; ++i) {
+        T* p = scores.data() + i * kKeyTile;
+        const int64_t nvis = std::clamp<int64_t>(visible_keys(s, r0 + i) - k0, 0, nk);
+        std::fill(p + nvis, p + nk, T(0));
+        if (nvis == 0) continue;
+        const T m_new = std::max(m[i], row_max(p, nvis));
+        const T correction = exp_fast(m[i] - m_new);
+        l[i] = l[i] * correction + exp_shifted_sum(p, nvis, m_new);
+        m[i] = m_new;
+        if (correction != T(1)) {
+          T* a = acc.data() + i * dv_pad;
+          for (int64_t c = 0; c < dv_pad; ++c) a[c] *= correction;
+        }
+      }
+      tile_gemm<T>(mq_pad, dv_pad, nk, scores.data(), kKeyTile, 1, vs.data(), dv_pad, acc.data(),
+                   dv_pad, true);
+    }
+
+    for (int64_t i = 0; i < mq; ++i) {
+      const int64_t row = bh * s.Tq + r0 + i;
+      T* o = out + row * s.Dv;
+      if (l[i] > T(0)) {
+        const T inv = T(1) / l[i];
+        const T* a = acc.data() + i * dv_pad;
+        for (int64_t c = 0; c < s.Dv; ++c) o[c] = a[c] * inv;
+        lse[row] = m[i] + std::log(l[i]);
+      } else {  // a query that sees no key
+        std::fill(o, o + s.Dv, T(0));
+        lse[row] = -std::numeric_limits<T>::infinity();
+      }
+    }
+  }
+}
+
+template <typename T>
+void attention_backward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T> v, View4<T> out,
+                        View4<T> grad_out, const T* lse, T* dq, T* dk, T* dv, int64_t item_begin,
+                        int64_t item_end) {
+  constexpr int64_t NR = tile_cols<T>();
+  const int64_t dk_pad = round_up(s.Dk, NR), dv_pad = round_up(s.Dv, NR);
+  const int64_t tq_pad = round_up(s.Tq, kTileRows);
+  std::vector<T> qs(tq_pad * dk_pad), dos(tq_pad * dv_pad), dq_acc(tq_pad * dk_pad), delta(s.Tq);
+  std::vector<T> kt(s.Dk * kKeyTile), vt(s.Dv * kKeyTile), kb(kKeyTile * dk_pad);
+  std::vector<T> p(kQueryTile * kKeyTile), ds(kQueryTile * kKeyTile);
+  std::vector<T> dk_acc(kKeyTile * dk_pad), dv_acc(kKeyTile * dv_pad);
+
+  for (int64_t bh = item_begin; bh < item_end; ++bh) {
+    const int64_t b = bh / s.H, h = bh % s.H;
+    const T* lse_bh = lse + bh * s.Tq;
+    // Whole-head copies: Q pre-scaled (so S = Qs K^T and dK = dS^T Qs), and dO.
+    pack_rows(q.at(b, h, 0), q.stride_t, q.stride_d, s.Tq, tq_pad, s.Dk, T(s.scale), qs.data(),
+              dk_pad);
+    pack_rows(grad_out.at(b, h, 0), grad_out.stride_t, grad_out.stride_d, s.Tq, tq_pad, s.Dv, T(1),
+              dos.data(), dv_pad);
+    for (int64_t i = 0; i < s.Tq; ++i) {  // delta_i = rowsum(dO * O) = rowsum(dP * P)
+      const T* o = out.at(b, h, i);
+      const T* g = dos.data() + i * dv_pad;
+      T sum = 0;
+      for (int64_t c = 0; c < s.Dv; ++c) sum += g[c] * o[c * out.stride_d];
+      delta[i] = sum;
+    }
+    std::fill(dq_acc.begin(), dq_acc.end(), T(0));
+
+    for (int64_t k0 = 0; k0 < s.Tk; k0 += kKeyTile) {
+      const int64_t nk = std::min(kKeyTile, s.Tk - k0), nk_pad = round_up(nk, NR);
+      pack_transposed(k.at(b, h, k0), k.stride_t, k.stride_d, nk, nk_pad, s.Dk, kt.data(),
+                      kKeyTile);
+      pack_transposed(v.at(b, h, k0), v.stride_t, v.stride_d, nk, nk_pad, s.Dv, vt.data(),
+                      kKeyTile);
+      pack_rows(k.at(b, h, k0), k.stride_t, k.stride_d, nk, nk, s.Dk, T(1), kb.data(), dk_pad);
+      std::fill(dk_acc.begin(), dk_acc.end(), T(0));
+      std::fill(dv_acc.begin(), dv_acc.end(), T(0));
+
+      // The first query that sees key k0; earlier query tiles contribute nothing to this tile.
+      const int64_t first_row = s.causal ? std::max<int64_t>(0, k0 - (s.Tk - s.Tq)) : 0;
+      for (int64_t r0 = first_row / kQueryTile * kQueryTile; r0 < s.Tq; r0 += kQueryTile) {
+        const int64_t mq = std::min(kQueryTile, s.Tq - r0), mq_pad = round_up(mq, kTileRows);
+        const T* qs_tile = qs.data() + r0 * dk_pad;
+        const T* dos_tile = dos.data() + r0 * dv_pad;
+        tile_gemm<T>(mq_pad, nk_pad, s.Dk, qs_tile, dk_pad, 1, kt.data(), kKeyTile, p.data(),
+                     kKeyTile, false);
+        tile_gemm<T>(mq_pad, nk_pad, s.Dv, dos_tile, dv_pad, 1, vt.data(), kKeyTile, ds.data(),
+                     kKeyTile, false);
+        for (int64_t i = 0; i < mq; ++i) {  // P = exp(S - lse), dS = P * (dP - delta)
+          T* pr = p.data() + i * kKeyTile;
+          T* dsr = ds.data() + i * kKeyTile;
+          const int64_t nvis = std::clamp<int64_t>(visible_keys(s, r0 + i) - k0, 0, nk);
+          const T row_lse = lse_bh[r0 + i], row_delta = delta[r0 + i];
+#pragma omp simd
+          for (int64_t j = 0; j < nvis; ++j) {
+            const T pj = exp_fast(pr[j] - row_lse);
+            pr[j] = pj;
+            dsr[j] = pj * (dsr[j] - row_delta);
+          }
+          std::fill(pr + nvis, pr + nk_pad, T(0));
+          std::fill(dsr + nvis, dsr + nk_pad, T(0));
+        }
+        // Rows [mq, mq_pad) of ds are zero (their dO rows are zero padding) and feed dQ's padding.
+        tile_gemm<T>(nk_pad, dv_pad, mq, p.data(), 1, kKeyTile, dos_tile, dv_pad, dv_acc.data(),
+                     dv_pad, true);  // dV += P^T dO
+        tile_gemm<T>(nk_pad, dk_pad, mq, ds.data(), 1, kKeyTile, qs_tile, dk_pad, dk_acc.data(),
+                     dk_pad, true);  // dK += dS^T (scale Q)
+        tile_gemm<T>(mq_pad, dk_pad, nk, ds.data(), kKeyTile, 1, kb.data(), dk_pad,
+                     dq_acc.data() + r0 * dk_pad, dk_pad, true);  // dQ += dS K (scaled below)
+      }
+      for (int64_t j = 0; j < nk; ++j) {
+        std::copy_n(dk_acc.data() + j * dk_pad, s.Dk, dk + (bh * s.Tk + k0 + j) * s.Dk);
+        std::copy_n(dv_acc.data() + j * dv_pad, s.Dv, dv + (bh * s.Tk + k0 + j) * s.Dv);
+      }
+    }
+    const T scale = T(s.scale);
+    for (int64_t i = 0; i < s.Tq; ++i) {
+      const T* a = dq_acc.data() + i * dk_pad;
+      T* d = dq + (bh * s.Tq + i) * s.Dk;
+      for (int64_t c = 0; c < s.Dk; ++c) d[c] = a[c] * scale;
+    }
+  }
+}
+
+#define PYGPT_INSTANTIATE_ATTENTION(T)                                                          \
+  template void attention_forward<T>(const AttentionShape&, View4<T>, View4<T>, View4<T>, T*,  \
+                                     T*, int64_t, int64_t);                                    \
+  template void attention_backward<T>(const AttentionShape&, View4<T>, View4<T>, View4<T>,     \
+                                      View4<T>, View4<T>, const T*, T*, T*, T*, int64_t, int64_t);
+PYGPT_INSTANTIATE_ATTENTION(float)
+PYGPT_INSTANTIATE_ATTENTION(double)
+#undef PYGPT_INSTANTIATE_ATTENTION
+
+}  // namespace pygpt::cpu

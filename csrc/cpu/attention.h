@@ -1,0 +1,52 @@
+// Flash-style scaled-dot-product attention on the CPU: framework-free math.
+//
+// Pointers, sizes and strides in; no ATen types, so this file compiles and is tested on its own
+// (see tests/native). Work is split into independent "items" so the caller chooses how to run them
+// in parallel: the torch binding hands ranges of items to at::parallel_for, the native tests run
+// them all on one thread.
+#pragma once
+
+#include <cstdint>
+
+namespace pygpt::cpu {
+
+// A strided view of a (B, H, T, D) tensor. Strides are in elements.
+template <typename T>
+struct View4 {
+  const T* data;
+  int64_t stride_b, stride_h, stride_t, stride_d;
+
+  const T* at(int64_t b, int64_t h, int64_t t) const {
+    return data + b * stride_b + h * stride_h + t * stride_t;
+  }
+};
+
+struct AttentionShape {
+  int64_t B, H, Tq, Tk, Dk, Dv;
+  bool causal;  // bottom-right aligned: query i sees keys j <= i + (Tk - Tq)
+  double scale;
+};
+
+// Query rows per forward work item (one tile of one (batch, head)).
+constexpr int64_t kAttentionQueryTile = 32;
+
+// Number of independent forward work items: B * H * ceil(Tq / kAttentionQueryTile).
+int64_t attention_forward_items(const AttentionShape& s);
+
+// Computes out (B, H, Tq, Dv) and lse (B, H, Tq), both contiguous, for work items [begin, end).
+// Rows that see no key at all (causal with Tq > Tk) get out = 0 and lse = -inf.
+template <typename T>
+void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T> v, T* out, T* lse,
+                       int64_t item_begin, int64_t item_end);
+
+// Number of independent backward work items: B * H.
+int64_t attention_backward_items(const AttentionShape& s);
+
+// Gradients dq (B,H,Tq,Dk), dk (B,H,Tk,Dk), dv (B,H,Tk,Dv), all contiguous, for work items
+// [begin, end). out and grad_out are strided; lse is contiguous (B, H, Tq) as written by the forward.
+template <typename T>
+void attention_backward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T> v, View4<T> out,
+                        View4<T> grad_out, const T* lse, T* dq, T* dk, T* dv, int64_t item_begin,
+                        int64_t item_end);
+
+}  // namespace pygpt::cpu

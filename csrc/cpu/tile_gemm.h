@@ -1,0 +1,76 @@
+// A register-blocked GEMM for the small tiles of the attention kernels:
+//   C[M x N] (+)= A[M x K] * B[K x N]
+// B and C are row-major with unit column stride; A is addressed through a row and a k stride, so
+// a transposed tile (P^T, dS^T) needs no copy. M must be a multiple of kTileRows and N of
+// tile_cols<T>() (callers zero-pad their tiles); K is free.
+//
+// GCC/Clang vector extensions keep the accumulators in registers without intrinsics: 32-byte
+// vectors map to AVX2 registers with -march=native and to pairs of SSE registers otherwise.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace pygpt::cpu {
+
+template <typename T>
+struct Vec32 {
+  typedef T type __attribute__((vector_size(32)));
+  static constexpr int lanes = 32 / sizeof(T);
+};
+
+constexpr int64_t kTileRows = 4;
+
+// Columns per register block: two vectors.
+template <typename T>
+constexpr int64_t tile_cols() {
+  return 2 * Vec32<T>::lanes;
+}
+
+template <typename T>
+inline void gemm_block(int64_t K, const T* A, int64_t a_row, int64_t a_k, const T* B, int64_t ldb,
+                       T* C, int64_t ldc, bool accumulate) {
+  using V = typename Vec32<T>::type;
+  constexpr int W = Vec32<T>::lanes;
+  V c[kTileRows][2];
+  for (int r = 0; r < kTileRows; ++r) {
+    if (accumulate) {
+      std::memcpy(&c[r][0], C + r * ldc, sizeof(V));
+      std::memcpy(&c[r][1], C + r * ldc + W, sizeof(V));
+    } else {
+      c[r][0] = V{};
+      c[r][1] = V{};
+    }
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    V b0, b1;
+    std::memcpy(&b0, B + k * ldb, sizeof(V));
+    std::memcpy(&b1, B + k * ldb + W, sizeof(V));
+    const T* a = A + k * a_k;
+    for (int r = 0; r < kTileRows; ++r) {
+      const T ar = a[r * a_row];
+      c[r][0] += ar * b0;
+      c[r][1] += ar * b1;
+    }
+  }
+  for (int r = 0; r < kTileRows; ++r) {
+    std::memcpy(C + r * ldc, &c[r][0], sizeof(V));
+    std::memcpy(C + r * ldc + W, &c[r][1], sizeof(V));
+  }
+}
+
+template <typename T>
+inline void tile_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_row, int64_t a_k,
+                      const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate) {
+  constexpr int64_t NR = tile_cols<T>();
+  for (int64_t i = 0; i < M; i += kTileRows) {
+    for (int64_t j = 0; j < N; j += NR) {
+      gemm_block<T>(K, A + i * a_row, a_row, a_k, B + j, ldb, C + i * ldc + j, ldc, accumulate);
+    }
+  }
+}
+
+// Rounds n up to a multiple of m.
+constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+}  // namespace pygpt::cpu

@@ -1,0 +1,145 @@
+"""pygpt's kernels as differentiable PyTorch ops.
+
+Importing this module loads the compiled extension, which registers `torch.ops.pygpt.*`
+(schemas in csrc/bindings/registration.cpp, CPU kernels in csrc/cpu/). Here each op gets its
+autograd formula (calling the op's own backward kernel) and a fake implementation, so the ops
+work under autograd, `torch.library.opcheck`, `torch.compile` and export.
+
+The raw ops return what their backward needs besides the result (the log-sum-exp rows, the layer
+norm statistics); the functions below return only the result.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from pygpt import _C  # noqa: F401  (loading the library registers torch.ops.pygpt)
+
+__all__ = ["attention", "layer_norm", "cross_entropy"]
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
+              scale: Optional[float] = None) -> torch.Tensor:
+    """softmax(scale * q k^T + mask) v for q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv).
+
+    `scale` defaults to 1/sqrt(Dk). With `causal`, query i sees keys j <= i + (Tk - Tq): the
+    queries are the last Tq positions, as in a decode step over a KV cache. A query that sees no
+    key (only possible when Tq > Tk) outputs zeros.
+    """
+    out, _ = torch.ops.pygpt.attention(q, k, v, causal, scale)
+    return out
+
+
+def layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor] = None,
+               bias: Optional[torch.Tensor] = None, eps: float = 1e-5) -> torch.Tensor:
+    """Layer normalisation over the last dimension, as `F.layer_norm(x, x.shape[-1:], ...)`."""
+    y, _, _ = torch.ops.pygpt.layer_norm(x, weight, bias, eps)
+    return y
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
+                  ignore_index: int = -100) -> torch.Tensor:
+    """Mean softmax cross-entropy of logits (N, V) against int64 targets (N,), as
+    `F.cross_entropy`; targets equal to `ignore_index` count for nothing."""
+    loss, _ = torch.ops.pygpt.cross_entropy(logits, targets, ignore_index)
+    return loss
+
+
+# --- attention -------------------------------------------------------------------------------
+
+@torch.library.register_fake("pygpt::attention")
+def _attention_fake(q, k, v, causal=True, scale=None):
+    B, H, Tq, _ = q.shape
+    return q.new_empty((B, H, Tq, v.shape[-1])), q.new_empty((B, H, Tq))
+
+
+@torch.library.register_fake("pygpt::attention_backward")
+def _attention_backward_fake(grad_out, q, k, v, out, lse, causal, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _attention_setup(ctx, inputs, output):
+    q, k, v, causal, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.causal, ctx.scale = causal, scale
+    ctx.mark_non_differentiable(lse)
+
+
+def _attention_backward(ctx, grad_out, _grad_lse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.pygpt.attention_backward(grad_out, q, k, v, out, lse, ctx.causal,
+                                                    ctx.scale)
+    return dq, dk, dv, None, None
+
+
+torch.library.register_autograd("pygpt::attention", _attention_backward,
+                                setup_context=_attention_setup)
+
+
+# --- layer norm ------------------------------------------------------------------------------
+
+@torch.library.register_fake("pygpt::layer_norm")
+def _layer_norm_fake(x, weight=None, bias=None, eps=1e-5):
+    stats = x.new_empty(x.shape[:-1])
+    return torch.empty_like(x), stats, torch.empty_like(stats)
+
+
+@torch.library.register_fake("pygpt::layer_norm_backward")
+def _layer_norm_backward_fake(grad_y, x, weight, mean, rstd, weight_grad, bias_grad):
+    C = x.shape[-1]
+    return (torch.empty_like(x), x.new_empty((C if weight_grad else 0,)),
+            x.new_empty((C if bias_grad else 0,)))
+
+
+def _layer_norm_setup(ctx, inputs, output):
+    x, weight, bias, _eps = inputs
+    _, mean, rstd = output
+    ctx.save_for_backward(x, weight, mean, rstd)
+    ctx.has_bias = bias is not None
+    ctx.mark_non_differentiable(mean, rstd)
+
+
+def _layer_norm_backward(ctx, grad_y, _grad_mean, _grad_rstd):
+    x, weight, mean, rstd = ctx.saved_tensors
+    want_weight = weight is not None and ctx.needs_input_grad[1]
+    want_bias = ctx.has_bias and ctx.needs_input_grad[2]
+    dx, dweight, dbias = torch.ops.pygpt.layer_norm_backward(grad_y, x, weight, mean, rstd,
+                                                             want_weight, want_bias)
+    return dx, dweight if want_weight else None, dbias if want_bias else None, None
+
+
+torch.library.register_autograd("pygpt::layer_norm", _layer_norm_backward,
+                                setup_context=_layer_norm_setup)
+
+
+# --- cross-entropy ---------------------------------------------------------------------------
+
+@torch.library.register_fake("pygpt::cross_entropy")
+def _cross_entropy_fake(logits, targets, ignore_index=-100):
+    return logits.new_empty(()), logits.new_empty(logits.shape[:1])
+
+
+@torch.library.register_fake("pygpt::cross_entropy_backward")
+def _cross_entropy_backward_fake(grad_loss, logits, targets, lse, ignore_index):
+    return torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+def _cross_entropy_setup(ctx, inputs, output):
+    logits, targets, ignore_index = inputs
+    _, lse = output
+    ctx.save_for_backward(logits, targets, lse)
+    ctx.ignore_index = ignore_index
+    ctx.mark_non_differentiable(lse)
+
+
+def _cross_entropy_backward(ctx, grad_loss, _grad_lse):
+    logits, targets, lse = ctx.saved_tensors
+    grad_logits = torch.ops.pygpt.cross_entropy_backward(grad_loss, logits, targets, lse,
+                                                         ctx.ignore_index)
+    return grad_logits, None, None
+
+
+torch.library.register_autograd("pygpt::cross_entropy", _cross_entropy_backward,
+                                setup_context=_cross_entropy_setup)
