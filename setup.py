@@ -29,7 +29,9 @@ except ImportError:
 def kernel_extension() -> CppExtension:
     """The CPU build: framework-free kernels in csrc/cpu plus their torch bindings."""
     sources = sorted(glob.glob("csrc/cpu/*.cpp") + glob.glob("csrc/bindings/*.cpp"))
-    compile_args = ["-O3", "-g0", "-fopenmp"]
+    # Keep in step with the kernel flags in CMakeLists.txt (-fno-trapping-math lets GCC vectorise
+    # the exp loops).
+    compile_args = ["-O3", "-g0", "-fopenmp", "-fno-trapping-math"]
     if os.environ.get("PYGPT_NATIVE_ARCH", "1") != "0":
         compile_args.append("-march=native")
     return CppExtension(
@@ -51,6 +53,7 @@ setup(
     # Built against the installed torch; any version in this range that is already installed
     # satisfies it, so pip never downloads another one. Rebuild after upgrading torch.
     install_requires=["torch>=2.13.0,<2.15"],
+    extras_require={"test": ["pytest", "numpy"]},
     ext_modules=[kernel_extension()],
     cmdclass={"build_ext": BuildExtension},
     options={"bdist_wheel": {"py_limited_api": "cp39"}},

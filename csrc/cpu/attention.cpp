@@ -18,6 +18,7 @@ namespace {
 
 constexpr int64_t kQueryTile = kAttentionQueryTile;
 constexpr int64_t kKeyTile = 64;  // a multiple of tile_cols<T>() for float and double
+static_assert(kKeyTile % tile_cols<float>() == 0 && kQueryTile % kTileRows == 0);
 
 // How many keys query i (0-based among the Tq queries) may see; the visible keys are a prefix.
 int64_t visible_keys(const AttentionShape& s, int64_t i) {

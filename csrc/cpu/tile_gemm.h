@@ -4,8 +4,11 @@
 // a transposed tile (P^T, dS^T) needs no copy. M must be a multiple of kTileRows and N of
 // tile_cols<T>() (callers zero-pad their tiles); K is free.
 //
-// GCC/Clang vector extensions keep the accumulators in registers without intrinsics: 32-byte
-// vectors map to AVX2 registers with -march=native and to pairs of SSE registers otherwise.
+// GCC/Clang vector extensions keep the accumulators in registers without intrinsics. The block is
+// sized to the register file the compiler targets: with AVX-512 (32 registers of 64 bytes) an
+// 8-row block of 64-byte vectors; otherwise (16 registers: AVX2, or SSE pairs) a 4-row block of
+// 32-byte vectors. Measured on an AVX-512 EPYC, the wide block runs the attention kernels at
+// about twice the speed of the narrow one.
 #pragma once
 
 #include <cstdint>
@@ -13,25 +16,31 @@
 
 namespace pygpt::cpu {
 
-template <typename T>
-struct Vec32 {
-  typedef T type __attribute__((vector_size(32)));
-  static constexpr int lanes = 32 / sizeof(T);
-};
-
+#if defined(__AVX512F__)
+constexpr int kVectorBytes = 64;
+constexpr int64_t kTileRows = 8;
+#else
+constexpr int kVectorBytes = 32;
 constexpr int64_t kTileRows = 4;
+#endif
+
+template <typename T>
+struct Vec {
+  typedef T type __attribute__((vector_size(kVectorBytes)));
+  static constexpr int lanes = kVectorBytes / sizeof(T);
+};
 
 // Columns per register block: two vectors.
 template <typename T>
 constexpr int64_t tile_cols() {
-  return 2 * Vec32<T>::lanes;
+  return 2 * Vec<T>::lanes;
 }
 
 template <typename T>
 inline void gemm_block(int64_t K, const T* A, int64_t a_row, int64_t a_k, const T* B, int64_t ldb,
                        T* C, int64_t ldc, bool accumulate) {
-  using V = typename Vec32<T>::type;
-  constexpr int W = Vec32<T>::lanes;
+  using V = typename Vec<T>::type;
+  constexpr int W = Vec<T>::lanes;
   V c[kTileRows][2];
   for (int r = 0; r < kTileRows; ++r) {
     if (accumulate) {
