@@ -85,14 +85,22 @@ void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T>
   constexpr int64_t NR = tile_cols<T>();
   const int64_t q_tiles = (s.Tq + kQueryTile - 1) / kQueryTile;
   const int64_t dk_pad = round_up(s.Dk, NR), dv_pad = round_up(s.Dv, NR);
-  std::vector<T> qs(kQueryTile * dk_pad), kt(s.Dk * kKeyTile), vs(kKeyTile * dv_pad);
-  std::vector<T> scores(kQueryTile * kKeyTile), acc(kQueryTile * dv_pad);
+  const int64_t tk_pad = round_up(s.Tk, NR);
+  // K^T and V of one head, packed once and reused by every query tile of that head in the range.
+  std::vector<T> kt(s.Dk * tk_pad), vs(s.Tk * dv_pad);
+  int64_t packed_bh = -1;
+  std::vector<T> qs(kQueryTile * dk_pad), scores(kQueryTile * kKeyTile), acc(kQueryTile * dv_pad);
   std::vector<T> m(kQueryTile), l(kQueryTile);
 
   for (int64_t item = item_begin; item < item_end; ++item) {
     const int64_t bh = item / q_tiles, b = bh / s.H, h = bh % s.H;
     const int64_t r0 = (item % q_tiles) * kQueryTile;
     const int64_t mq = std::min(kQueryTile, s.Tq - r0), mq_pad = round_up(mq, kTileRows);
+    if (bh != packed_bh) {
+      pack_transposed(k.at(b, h, 0), k.stride_t, k.stride_d, s.Tk, tk_pad, s.Dk, kt.data(), tk_pad);
+      pack_rows(v.at(b, h, 0), v.stride_t, v.stride_d, s.Tk, s.Tk, s.Dv, T(1), vs.data(), dv_pad);
+      packed_bh = bh;
+    }
     pack_rows(q.at(b, h, r0), q.stride_t, q.stride_d, mq, mq_pad, s.Dk, T(s.scale), qs.data(),
               dk_pad);
     std::fill(acc.begin(), acc.end(), T(0));
@@ -102,11 +110,8 @@ void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T>
     const int64_t key_end = visible_keys(s, r0 + mq - 1);  // the tile's last row sees the most
     for (int64_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
       const int64_t nk = std::min(kKeyTile, key_end - k0), nk_pad = round_up(nk, NR);
-      pack_transposed(k.at(b, h, k0), k.stride_t, k.stride_d, nk, nk_pad, s.Dk, kt.data(),
-                      kKeyTile);
-      pack_rows(v.at(b, h, k0), v.stride_t, v.stride_d, nk, nk, s.Dv, T(1), vs.data(), dv_pad);
-      tile_gemm<T>(mq_pad, nk_pad, s.Dk, qs.data(), dk_pad, 1, kt.data(), kKeyTile, scores.data(),
-                   kKeyTile, false);
+      tile_gemm<T>(mq_pad, nk_pad, s.Dk, qs.data(), dk_pad, 1, kt.data() + k0, tk_pad,
+                   scores.data(), kKeyTile, false);
       for (int64_t i = 0; i < mq; ++i) {
         T* p = scores.data() + i * kKeyTile;
         const int64_t nvis = std::clamp<int64_t>(visible_keys(s, r0 + i) - k0, 0, nk);
@@ -121,8 +126,8 @@ void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T>
           for (int64_t c = 0; c < dv_pad; ++c) a[c] *= correction;
         }
       }
-      tile_gemm<T>(mq_pad, dv_pad, nk, scores.data(), kKeyTile, 1, vs.data(), dv_pad, acc.data(),
-                   dv_pad, true);
+      tile_gemm<T>(mq_pad, dv_pad, nk, scores.data(), kKeyTile, 1, vs.data() + k0 * dv_pad, dv_pad,
+                   acc.data(), dv_pad, true);
     }
 
     for (int64_t i = 0; i < mq; ++i) {
