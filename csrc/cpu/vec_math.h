@@ -9,13 +9,13 @@
 
 namespace pygpt::cpu {
 
-// exp(x) for float with ~1 ulp error over the whole range, 0 below -87.3 (including -inf), and
-// +inf above 88.7. Range reduction x = n*ln2 + r with |r| <= ln2/2, then a degree-7 Taylor
-// polynomial (truncation error < 1e-8 relative) and 2^n built from the exponent bits.
+// exp(x) for float with ~1 ulp error over the whole range, 0 below -87.3 (including -inf),
+// +inf above 88.7, NaN for NaN. Range reduction x = n*ln2 + r with |r| <= ln2/2, then a degree-7
+// Taylor polynomial (truncation error < 1e-8 relative) and 2^n built from the exponent bits.
 inline float exp_fast(float x) {
   constexpr float lo = -87.3f, hi = 88.7f;
-  float xc = x < lo ? lo : x;
-  xc = xc > hi ? hi : xc;
+  float xc = x > lo ? x : lo;  // NaN becomes lo here, so the integer conversion below is defined
+  xc = xc < hi ? xc : hi;
   // Round to nearest by the 1.5 * 2^23 shifter trick: unlike floor(), GCC vectorises it.
   constexpr float shifter = 12582912.0f;
   const float n = (xc * 1.44269504088896341f + shifter) - shifter;
@@ -33,7 +33,7 @@ inline float exp_fast(float x) {
   float y = p * scale;
   y = x < lo ? 0.0f : y;
   y = x > hi ? std::numeric_limits<float>::infinity() : y;
-  return y;
+  return x == x ? y : x;  // NaN in, NaN out
 }
 
 // float64 exists for gradcheck, where accuracy matters and speed does not.
