@@ -46,16 +46,30 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
     return loss
 
 
+def _check_same_device(op: str, **tensors: Optional[torch.Tensor]) -> None:
+    """A fake implementation also runs for real calls that mix in a meta tensor; refuse those as
+    the kernels do, instead of returning uninitialised outputs."""
+    given = [(name, t) for name, t in tensors.items() if t is not None]
+    first_name, first = given[0]
+    for name, t in given[1:]:
+        if t.device != first.device:
+            raise RuntimeError(f"{op}: {name} is on {t.device} but {first_name} is on "
+                               f"{first.device}; all tensors must be on the same device")
+
+
 # --- attention -------------------------------------------------------------------------------
 
 @torch.library.register_fake("pygpt::attention")
 def _attention_fake(q, k, v, causal=True, scale=None):
+    _check_same_device("pygpt.attention", q=q, k=k, v=v)
     B, H, Tq, _ = q.shape
     return q.new_empty((B, H, Tq, v.shape[-1])), q.new_empty((B, H, Tq))
 
 
 @torch.library.register_fake("pygpt::attention_backward")
 def _attention_backward_fake(grad_out, q, k, v, out, lse, causal, scale):
+    _check_same_device("pygpt.attention_backward", q=q, grad_out=grad_out, k=k, v=v, out=out,
+                       lse=lse)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -82,12 +96,15 @@ torch.library.register_autograd("pygpt::attention", _attention_backward,
 
 @torch.library.register_fake("pygpt::layer_norm")
 def _layer_norm_fake(x, weight=None, bias=None, eps=1e-5):
+    _check_same_device("pygpt.layer_norm", x=x, weight=weight, bias=bias)
     stats = x.new_empty(x.shape[:-1])
     return torch.empty_like(x), stats, torch.empty_like(stats)
 
 
 @torch.library.register_fake("pygpt::layer_norm_backward")
 def _layer_norm_backward_fake(grad_y, x, weight, mean, rstd, weight_grad, bias_grad):
+    _check_same_device("pygpt.layer_norm_backward", x=x, grad_y=grad_y, weight=weight, mean=mean,
+                       rstd=rstd)
     C = x.shape[-1]
     return (torch.empty_like(x), x.new_empty((C if weight_grad else 0,)),
             x.new_empty((C if bias_grad else 0,)))
@@ -118,11 +135,14 @@ torch.library.register_autograd("pygpt::layer_norm", _layer_norm_backward,
 
 @torch.library.register_fake("pygpt::cross_entropy")
 def _cross_entropy_fake(logits, targets, ignore_index=-100):
+    _check_same_device("pygpt.cross_entropy", logits=logits, targets=targets)
     return logits.new_empty(()), logits.new_empty(logits.shape[:1])
 
 
 @torch.library.register_fake("pygpt::cross_entropy_backward")
 def _cross_entropy_backward_fake(grad_loss, logits, targets, lse, ignore_index):
+    _check_same_device("pygpt.cross_entropy_backward", logits=logits, grad_loss=grad_loss,
+                       targets=targets, lse=lse)
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 

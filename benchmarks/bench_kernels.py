@@ -1,0 +1,333 @@
+#!/usr/bin/env python
+"""Benchmark pygpt's CPU kernels against the ATen ops they replace, in one process.
+
+For every op and shape, and for each requested intra-op thread count, prints the median time of
+ours (called through the public pygpt.ops functions) and of ATen, and the ratio ours/ATen (< 1 means
+ours is faster), for the forward alone and for forward + backward.
+
+Timing: `--warmup` untimed calls, then the median over `--repeat` calls of time.perf_counter()
+around each single call; calls of ours and ATen alternate, so load drift hits both alike. Forward-only calls use inputs that do not require grad (inference). A
+forward+backward call is the forward plus .backward() on the output with a gradient precomputed
+outside the timed region (attention, layer_norm) or on the scalar loss (cross_entropy); .grad is
+reset to None outside the timed region.
+
+Memory (cross_entropy only): peak extra bytes allocated during one call, measured two ways:
+  * alloc: torch.profiler(profile_memory=True) in this process; the '[memory]' events carry the
+    CPU allocator's running 'Total Allocated' since profiling began, and we report its maximum.
+    It counts every tensor allocation (outputs, saved tensors, temporaries, the logits gradient)
+    but not malloc/new scratch memory inside a kernel.
+  * rss (with --rss): a fresh subprocess builds the inputs, resets the peak-RSS mark
+    (/proc/self/clear_refs), runs one call, and reports VmHWM - VmRSS(before). This counts
+    everything the process touched, kernel scratch included, at page granularity.
+
+Usage:
+  python benchmarks/bench_kernels.py                    # all ops, 1 and 2 threads
+  python benchmarks/bench_kernels.py --threads 1 --op attention --repeat 20
+  python benchmarks/bench_kernels.py --markdown         # README-ready table
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def _ours():
+    import pygpt.ops
+
+    return pygpt.ops
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases. Each returns dict(name, shape, fwd=(ours, aten), fwdbwd=(ours, aten), ...) where each
+# entry is a pair of zero-argument callables plus a `reset` that clears gradients.
+
+
+def attention_case(B, H, T, D):
+    dtype = torch.float32
+    q, k, v = (torch.randn(B, H, T, D, dtype=dtype) for _ in range(3))
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    grad = torch.randn(B, H, T, D, dtype=dtype)
+    ops = _ours()
+
+    def reset():
+        for t in (qg, kg, vg):
+            t.grad = None
+
+    return dict(
+        op="attention", shape=f"B={B} H={H} T={T} D={D}, causal, fp32",
+        fwd=(lambda: ops.attention(q, k, v, causal=True),
+             lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+        fwdbwd=(lambda: ops.attention(qg, kg, vg, causal=True).backward(grad),
+                lambda: F.scaled_dot_product_attention(qg, kg, vg, is_causal=True).backward(grad)),
+        reset=reset,
+        check=lambda: (ops.attention(q, k, v, causal=True),
+                       F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+    )
+
+
+def layer_norm_case(N, C):
+    dtype = torch.float32
+    x, w, b = torch.randn(N, C, dtype=dtype), torch.randn(C, dtype=dtype), torch.randn(C, dtype=dtype)
+    xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+    grad = torch.randn(N, C, dtype=dtype)
+    ops = _ours()
+
+    def reset():
+        for t in (xg, wg, bg):
+            t.grad = None
+
+    return dict(
+        op="layer_norm", shape=f"({N}, {C}), weight+bias, fp32",
+        fwd=(lambda: ops.layer_norm(x, w, b), lambda: F.layer_norm(x, (C,), w, b)),
+        fwdbwd=(lambda: ops.layer_norm(xg, wg, bg).backward(grad),
+                lambda: F.layer_norm(xg, (C,), wg, bg).backward(grad)),
+        reset=reset,
+        check=lambda: (ops.layer_norm(x, w, b), F.layer_norm(x, (C,), w, b)),
+    )
+
+
+def cross_entropy_inputs(N, V):
+    logits = torch.randn(N, V, dtype=torch.float32)
+    targets = torch.randint(0, V, (N,))
+    return logits, targets
+
+
+def cross_entropy_case(N, V):
+    logits, targets = cross_entropy_inputs(N, V)
+    lg = logits.clone().requires_grad_()
+    ops = _ours()
+
+    def reset():
+        lg.grad = None
+
+    return dict(
+        op="cross_entropy", shape=f"N={N} V={V}, fp32",
+        fwd=(lambda: ops.cross_entropy(logits, targets), lambda: F.cross_entropy(logits, targets)),
+        fwdbwd=(lambda: ops.cross_entropy(lg, targets).backward(),
+                lambda: F.cross_entropy(lg, targets).backward()),
+        reset=reset,
+        check=lambda: (ops.cross_entropy(logits, targets), F.cross_entropy(logits, targets)),
+        memory=(N, V),
+    )
+
+
+CASES = {
+    "attention": [(attention_case, s) for s in
+                  [(12, 4, 64, 32), (12, 4, 256, 32), (8, 6, 256, 64), (1, 8, 2048, 64)]],
+    "layer_norm": [(layer_norm_case, s) for s in [(768, 128), (16384, 384)]],
+    "cross_entropy": [(cross_entropy_case, s) for s in [(3072, 65), (2048, 50257)]],
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurement
+
+
+def time_pair(fn_a, fn_b, reset, warmup, repeat, budget_s):
+    """Median seconds of fn_a() and of fn_b(), timing one call at a time and alternating a, b, a,
+    b, ... so that drift in machine load affects both alike. repeat=None: at least 5 calls each,
+    more while the total stays under budget_s, at most 200."""
+    for _ in range(warmup):
+        for fn in (fn_a, fn_b):
+            reset()
+            fn()
+    times = ([], [])
+    start = time.perf_counter()
+    while True:
+        for fn, ts in zip((fn_a, fn_b), times):
+            reset()
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        n = len(times[0])
+        if repeat is not None:
+            if n >= repeat:
+                break
+        elif n >= 200 or (n >= 5 and time.perf_counter() - start > budget_s):
+            break
+    reset()
+    return statistics.median(times[0]), statistics.median(times[1]), n
+
+
+def alloc_peak_bytes(fn, reset):
+    """Peak of the CPU allocator's 'Total Allocated' during fn(), from torch.profiler memory
+    events (counts tensor allocations only)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    reset()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    finally:
+        os.remove(path)
+    reset()
+    mem = sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: e["ts"])
+    if not mem:
+        return 0
+    first = mem[0]["args"]
+    base = first["Total Allocated"] - first["Bytes"]
+    return max(0, max(e["args"]["Total Allocated"] for e in mem) - base)
+
+
+def _status_kib():
+    s = open("/proc/self/status").read()
+    return {k: int(re.search(k + r":\s+(\d+)", s).group(1)) for k in ("VmRSS", "VmHWM")}
+
+
+def rss_child(impl, which, N, V, threads):
+    """Runs in a fresh subprocess: peak RSS growth (bytes) for one cross_entropy call."""
+    torch.set_num_threads(threads)
+    ops = _ours()
+    fn_for = {
+        "ours": lambda x, t: ops.cross_entropy(x, t),
+        "aten": lambda x, t: F.cross_entropy(x, t),
+    }[impl]
+    # Warm up on a tiny input (thread pool, dispatcher caches) so one-time costs are not counted.
+    x0 = torch.randn(4, 8, requires_grad=True)
+    fn_for(x0, torch.randint(0, 8, (4,))).backward()
+    logits, targets = cross_entropy_inputs(N, V)
+    if which == "fwdbwd":
+        logits.requires_grad_()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    before = _status_kib()["VmRSS"]
+    loss = fn_for(logits, targets)
+    if which == "fwdbwd":
+        loss.backward()
+    peak = _status_kib()["VmHWM"]
+    print(json.dumps({"bytes": (peak - before) * 1024}))
+
+
+def rss_peak_bytes(impl, which, N, V, threads):
+    cmd = [sys.executable, os.path.abspath(__file__), "--_rss-child", impl, which, str(N), str(V),
+           str(threads)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["bytes"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+
+def fmt_ms(s):
+    return f"{s * 1e3:.3f}" if s < 0.1 else f"{s * 1e3:.1f}"
+
+
+def fmt_mb(b):
+    if b is None:
+        return "-"
+    mb = b / 2**20
+    return f"{mb:.1f}" if mb >= 10 else f"{mb:.3g}"
+
+
+COLUMNS = ["threads", "op", "shape", "pass", "ours ms", "ATen ms", "ours/ATen", "ours MB", "ATen MB"]
+
+
+def print_rows(rows, markdown, mem_method):
+    if markdown:
+        print("| " + " | ".join(COLUMNS) + " |")
+        print("|" + "|".join("---" if i < 4 else "--:" for i in range(len(COLUMNS))) + "|")
+        for r in rows:
+            print("| " + " | ".join(str(c) for c in r) + " |")
+    else:
+        widths = [max(len(str(x)) for x in [c] + [r[i] for r in rows]) for i, c in enumerate(COLUMNS)]
+        line = lambda cells: "  ".join(  # noqa: E731
+            str(c).ljust(w) if i < 4 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        print(line(COLUMNS))
+        print(line(["-" * w for w in widths]))
+        for r in rows:
+            print(line(r))
+    print()
+    print("Times: median of per-call time.perf_counter() after warmup; ratio < 1 means ours is faster.")
+    print("fwd: inputs without requires_grad. fwd+bwd: forward + .backward() (precomputed grad / loss).")
+    print(f"MB (cross_entropy): peak extra memory of one call, {mem_method}.")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="intra-op thread counts")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="timed calls per measurement (default: >= 5, up to ~1 s or 200 calls)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed calls before timing")
+    p.add_argument("--op", nargs="+", choices=list(CASES), default=list(CASES), help="ops to run")
+    p.add_argument("--markdown", action="store_true", help="print a markdown table")
+    p.add_argument("--rss", action="store_true",
+                   help="also measure cross_entropy memory as peak RSS growth in fresh subprocesses")
+    p.add_argument("--no-check", action="store_true", help="skip the ours-vs-ATen sanity check")
+    p.add_argument("--_rss-child", nargs=5, help=argparse.SUPPRESS)
+    args = p.parse_args()
+
+    if args._rss_child:
+        impl, which, N, V, threads = args._rss_child
+        rss_child(impl, which, int(N), int(V), int(threads))
+        return
+
+    torch.manual_seed(0)
+    backend = [ln for ln in torch.__config__.parallel_info().splitlines() if "backend" in ln]
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs visible; "
+          f"{backend[0].strip() if backend else ''}", file=sys.stderr)
+    rows = []
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        for op in args.op:
+            for make, shape in CASES[op]:
+                case = make(*shape)
+                if not args.no_check:
+                    with torch.no_grad():
+                        a, b = case["check"]()
+                    if not torch.allclose(a, b, atol=1e-4, rtol=1e-4):
+                        err = (a - b).abs().max().item()
+                        print(f"WARNING: {op} {case['shape']}: ours differs from ATen "
+                              f"(max abs {err:.2e})", file=sys.stderr)
+                for pas in ("fwd", "fwdbwd"):
+                    ours_fn, aten_fn = case[pas]
+                    with torch.set_grad_enabled(pas != "fwd"):
+                        t_ours, t_aten, n = time_pair(ours_fn, aten_fn, case["reset"], args.warmup,
+                                                      args.repeat, budget_s=2.0)
+                    m_ours = m_aten = None
+                    if "memory" in case:
+                        N, V = case["memory"]
+                        if args.rss:
+                            m_ours = rss_peak_bytes("ours", pas, N, V, threads)
+                            m_aten = rss_peak_bytes("aten", pas, N, V, threads)
+                        elif pas == "fwd":
+                            with torch.no_grad():
+                                m_ours = alloc_peak_bytes(ours_fn, case["reset"])
+                                m_aten = alloc_peak_bytes(aten_fn, case["reset"])
+                        else:
+                            m_ours = alloc_peak_bytes(ours_fn, case["reset"])
+                            m_aten = alloc_peak_bytes(aten_fn, case["reset"])
+                    row = [threads, op, case["shape"], "fwd" if pas == "fwd" else "fwd+bwd",
+                           fmt_ms(t_ours), fmt_ms(t_aten), f"{t_ours / t_aten:.2f}",
+                           fmt_mb(m_ours), fmt_mb(m_aten)]
+                    rows.append(row)
+                    print(f"[{threads} thread{'s' if threads > 1 else ''}] {op} {case['shape']} "
+                          f"{row[3]}: ours {row[4]} ms, ATen {row[5]} ms, ratio {row[6]}"
+                          f" ({n} calls each)" + (f", mem ours {row[7]} MB, ATen {row[8]} MB"
+                                                   if m_ours is not None else ""),
+                          file=sys.stderr, flush=True)
+                del case
+    mem_method = ("peak RSS growth (VmHWM - VmRSS) in a fresh subprocess; counts all memory"
+                  if args.rss else
+                  "peak of torch's CPU allocator total from torch.profiler(profile_memory=True) "
+                  "memory events; counts tensor allocations (incl. the logits grad), not kernel "
+                  "malloc scratch")
+    print_rows(rows, args.markdown, mem_method)
+
+
+if __name__ == "__main__":
+    main()

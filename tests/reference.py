@@ -1,0 +1,87 @@
+"""Plain-PyTorch reference implementations used as the test oracle.
+
+Everything here is written out as explicit math (no fused ATen kernels), so that it is small enough
+to check by eye. The tests usually evaluate these references in float64, even for float32 inputs,
+and compare the kernels' results against that.
+"""
+
+import math
+
+import torch
+
+
+def causal_mask(Tq, Tk, device=None):
+    """Boolean (Tq, Tk) mask, True where query i may attend to key j.
+
+    Bottom-right alignment: the Tq queries are the LAST Tq positions of a length-Tk sequence, so
+    query i sees keys j <= i + (Tk - Tq). When Tq > Tk the first Tq - Tk query rows see no key
+    at all (their row of the mask is all False).
+
+    Note: F.scaled_dot_product_attention(is_causal=True) uses TOP-LEFT alignment (j <= i), which
+    only agrees with this mask when Tq == Tk.
+    """
+    i = torch.arange(Tq, device=device).unsqueeze(1)
+    j = torch.arange(Tk, device=device).unsqueeze(0)
+    return j <= i + (Tk - Tq)
+
+
+def attention(q, k, v, causal=True, scale=None):
+    """Scaled dot-product attention. Returns (out, lse).
+
+    q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv) -> out (B,H,Tq,Dv), lse (B,H,Tq).
+    scale defaults to 1/sqrt(Dk). lse[..., i] = log(sum_j exp(scale * q_i . k_j)) over the keys j
+    that query i may see. Rows that see no key (causal with Tq > Tk) get out = 0 and lse = -inf,
+    and receive / pass on zero gradient.
+    """
+    Tq, Dk = q.shape[-2], q.shape[-1]
+    Tk = k.shape[-2]
+    if scale is None:
+        scale = 1.0 / math.sqrt(Dk)
+    s = (q @ k.transpose(-2, -1)) * scale  # (B,H,Tq,Tk)
+    if causal:
+        s = s.masked_fill(~causal_mask(Tq, Tk, q.device), float("-inf"))
+    # Softmax with the max subtracted; the shift is a constant per row so it is detached. A row of
+    # all -inf has max -inf: shift it by 0 instead so exp gives zeros rather than nan.
+    m = s.amax(dim=-1, keepdim=True).detach()
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(s - m)
+    denom = e.sum(dim=-1, keepdim=True)
+    p = e / torch.where(denom > 0, denom, torch.ones_like(denom))
+    out = p @ v
+    lse = (torch.log(denom) + m).squeeze(-1)  # log(0) = -inf for rows that see nothing
+    return out, lse
+
+
+def layer_norm(x, weight=None, bias=None, eps=1e-5):
+    """Layer norm over the last dim. Returns (y, mean, rstd), mean/rstd shaped x.shape[:-1].
+
+    Uses the biased variance, like F.layer_norm.
+    """
+    mean = x.mean(dim=-1, keepdim=True)
+    xc = x - mean
+    var = (xc * xc).mean(dim=-1, keepdim=True)
+    rstd = 1.0 / torch.sqrt(var + eps)
+    y = xc * rstd
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y, mean.squeeze(-1), rstd.squeeze(-1)
+
+
+def cross_entropy(logits, targets, ignore_index=-100):
+    """Mean softmax cross-entropy. Returns (loss, lse) with lse (N,) per row of logits (N, V).
+
+    Rows whose target equals ignore_index are left out of both the sum and the count; if every row
+    is ignored the loss is 0/0 = nan (as in F.cross_entropy). This reference's gradient in that
+    all-ignored case is nan, whereas PyTorch (and our op) give zero gradient: tests check that case
+    directly instead of differentiating this function.
+    """
+    m = logits.amax(dim=-1, keepdim=True).detach()
+    lse = (torch.log(torch.exp(logits - m).sum(dim=-1, keepdim=True)) + m).squeeze(-1)
+    valid = targets != ignore_index
+    safe_t = torch.where(valid, targets, torch.zeros_like(targets))
+    picked = logits.gather(1, safe_t.unsqueeze(1)).squeeze(1)
+    per_row = torch.where(valid, lse - picked, torch.zeros_like(lse))
+    loss = per_row.sum() / valid.sum().to(logits.dtype)
+    return loss, lse
