@@ -87,9 +87,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cpu(
       }
     });
   });
-  at::Tensor dweight = weight_grad ? dweight_parts.sum(0) : at::empty({0}, x.options());
-  at::Tensor dbias = bias_grad ? dbias_parts.sum(0) : at::empty({0}, x.options());
-  return {dx, dweight, dbias};
+  // Adds up the per-chunk partials (one chunk needs no sum); a gradient not asked for is empty.
+  const auto total = [&](const at::Tensor& parts) -> at::Tensor {
+    if (parts.size(0) == 0) return at::empty({0}, x.options());
+    return parts.size(0) == 1 ? parts.view({C}) : parts.sum(0);
+  };
+  return {dx, total(dweight_parts), total(dbias_parts)};
 }
 
 }  // namespace

@@ -55,13 +55,16 @@ T row_logsumexp(const T* x, int64_t V) {
     }
     if (m == -std::numeric_limits<T>::infinity()) continue;  // contributes exp(-inf) = 0
     if (m > running_max) {
-      running_sum *= std::exp(static_cast<double>(running_max) - static_cast<double>(m));
+      if (running_sum > 0.0) {  // rescale what earlier blocks summed; the first block has nothing
+        running_sum *= std::exp(static_cast<double>(running_max) - static_cast<double>(m));
+      }
       running_max = m;
     }
     running_sum += static_cast<double>(block_sum_exp(x + start, n, running_max));
   }
   if (running_max == -std::numeric_limits<T>::infinity()) return running_max;
-  return static_cast<T>(static_cast<double>(running_max) + std::log(running_sum));
+  // running_sum >= 1 (the max term is exp(0)), so its log in T's precision loses nothing.
+  return running_max + std::log(static_cast<T>(running_sum));
 }
 
 }  // namespace
