@@ -49,11 +49,12 @@ setup(
     version="0.1.0",
     description="A small GPT trained and served on its own C++ kernels",
     packages=find_packages(include=["pygpt", "pygpt.*"]),
+    package_data={"pygpt": ["data/tinyshakespeare.txt"]},
     python_requires=">=3.9",
     # Built against the installed torch; any version in this range that is already installed
     # satisfies it, so pip never downloads another one. Rebuild after upgrading torch.
-    install_requires=["torch>=2.13.0,<2.15"],
-    extras_require={"test": ["pytest", "numpy"]},
+    install_requires=["torch>=2.13.0,<2.15", "numpy", "safetensors", "tqdm"],
+    extras_require={"test": ["pytest"]},
     ext_modules=[kernel_extension()],
     cmdclass={"build_ext": BuildExtension},
     options={"bdist_wheel": {"py_limited_api": "cp39"}},

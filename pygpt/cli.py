@@ -1,0 +1,44 @@
+"""Command-line flags generated from the config dataclasses, so every field is overridable and
+documented in --help without a second list of options to keep in step."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any
+
+
+def _field_type(cls: type, f: dataclasses.Field) -> Any:
+    hint = typing.get_type_hints(cls)[f.name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) is typing.Literal:
+        return str, list(typing.get_args(hint))
+    if args and typing.get_origin(args[0]) is typing.Literal:
+        return str, list(typing.get_args(args[0]))
+    return (args[0] if args else hint), None
+
+
+def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, title: str,
+                        skip: tuple[str, ...] = ()) -> None:
+    """One --flag per field of cls (but those in skip); defaults are SUPPRESSed so only flags
+    given explicitly appear in the parsed namespace (presets and checkpoints supply the rest)."""
+    group = parser.add_argument_group(title)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        kind, choices = _field_type(cls, f)
+        flag = "--" + f.name.replace("_", "-")
+        doc = f.metadata.get("help", "")
+        if kind is bool:
+            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                               default=argparse.SUPPRESS, help=doc)
+        else:
+            group.add_argument(flag, dest=f.name, type=kind, choices=choices,
+                               default=argparse.SUPPRESS, metavar=None if choices else f.name.upper(),
+                               help=doc)
+
+
+def overrides(namespace: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The fields of cls that were given on the command line."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in vars(namespace).items() if k in names}

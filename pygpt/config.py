@@ -1,0 +1,124 @@
+"""Configuration: the model's shape and the training run's settings, as dataclasses, plus the
+named presets. Every field is a command-line flag of `python -m pygpt.train`."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+
+def opt(default: Any, help: str) -> Any:
+    """A dataclass field with its --help text."""
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class ModelConfig:
+    """What a checkpoint's weights mean; saved in config.json beside them."""
+
+    vocab_size: int = opt(65, "tokens in the vocabulary (set from the tokenizer when training)")
+    block_size: int = opt(64, "context length in tokens")
+    n_layer: int = opt(4, "transformer blocks")
+    n_head: int = opt(4, "attention heads per block")
+    n_embd: int = opt(128, "embedding width")
+    dropout: float = opt(0.0, "dropout on embeddings and residual branches while training")
+    bias: bool = opt(True, "biases in the attention and MLP projections")
+    pos_encoding: Literal["learned", "sinusoidal"] = opt("learned", "position encoding")
+    mlp: bool = opt(True, "the block's GELU MLP")
+    # Switches that only the `seed` preset turns off, to rebuild the tutorial model exactly.
+    attn_proj: bool = opt(True, "W_O after the concatenated heads")
+    residual: bool = opt(True, "residual connections around attention and MLP")
+    block_norm: bool = opt(True, "pre-norm layer norms inside each block")
+    embed_norm: bool = opt(False, "a layer norm right after token embedding + position")
+    final_norm: bool = opt(True, "the layer norm before the LM head")
+    tie_weights: bool = opt(True, "LM head shares the token embedding's weights")
+    head_bias: bool = opt(False, "a bias on the LM head")
+    embed_std: float = opt(0.02, "std of the token embedding's normal initialisation")
+
+    def __post_init__(self) -> None:
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.pos_encoding not in ("learned", "sinusoidal"):
+            raise ValueError(f"pos_encoding must be 'learned' or 'sinusoidal', got {self.pos_encoding!r}")
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class TrainConfig:
+    """How a run trains; saved in config.json so --resume continues the same run."""
+
+    data: Optional[str] = opt(None, "a UTF-8 text file (default: the tiny-Shakespeare text "
+                                    "shipped in the package)")
+    out: str = opt("out", "output folder for the checkpoint, metrics and plots")
+    batch_size: int = opt(12, "sequences per micro-batch")
+    grad_accum: int = opt(1, "micro-batches per optimizer step")
+    max_iters: int = opt(2000, "optimizer steps in total (with --resume: the new total)")
+    optimizer: Literal["adamw", "sgd"] = opt("adamw", "optimizer")
+    lr: float = opt(1e-3, "peak learning rate")
+    min_lr: float = opt(1e-4, "learning rate at the end of the cosine decay")
+    warmup_iters: int = opt(100, "steps of linear warmup from 0 to --lr")
+    decay_lr: bool = opt(True, "cosine decay from --lr to --min-lr after warmup (off: constant)")
+    lr_decay_iters: Optional[int] = opt(None, "step where the cosine decay ends (default: "
+                                              "--max-iters)")
+    weight_decay: float = opt(0.1, "AdamW decoupled weight decay (never on norms, biases, "
+                                   "embeddings)")
+    beta1: float = opt(0.9, "AdamW beta1")
+    beta2: float = opt(0.99, "AdamW beta2")
+    grad_clip: float = opt(1.0, "clip the global gradient norm to this (0: off)")
+    eval_interval: int = opt(250, "steps between evaluations (and checkpoints)")
+    eval_iters: int = opt(40, "batches per split per evaluation")
+    seed: int = opt(1337, "seed for initialisation, data order and dropout")
+    threads: Optional[int] = opt(None, "torch intra-op threads (default: torch's choice)")
+    kernels: Literal["ext", "torch"] = opt("ext", "our C++ kernels, or plain PyTorch ops")
+    device: str = opt("cpu", "torch device")
+
+
+@dataclass
+class Preset:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+PRESETS: dict[str, Preset] = {
+    # The usual CPU-sized Shakespeare run, and the default.
+    "baby": Preset(ModelConfig(block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0),
+                   TrainConfig(batch_size=12, lr=1e-3, min_lr=1e-4, max_iters=2000)),
+    # The usual GPU-sized run.
+    "shakespeare": Preset(ModelConfig(block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2),
+                          TrainConfig(batch_size=64, lr=1e-3, min_lr=1e-4, max_iters=5000,
+                                      eval_interval=500, eval_iters=100)),
+    # The minimal model of the classic from-scratch tutorial this project started from: embedding,
+    # fixed sinusoidal positions, a layer norm, one multi-head attention layer (W_Q, W_K, W_V; no
+    # W_O, MLP or residual) and an output projection with bias, trained by plain SGD.
+    "seed": Preset(ModelConfig(block_size=10, n_layer=1, n_head=5, n_embd=60, dropout=0.0,
+                               bias=False, pos_encoding="sinusoidal", mlp=False, attn_proj=False,
+                               residual=False, block_norm=False, embed_norm=True,
+                               final_norm=False, tie_weights=False, head_bias=True, embed_std=1.0),
+                   TrainConfig(optimizer="sgd", lr=1e-3, warmup_iters=0, decay_lr=False,
+                               weight_decay=0.0, grad_clip=0.0)),
+}
+
+
+def preset(name: str) -> Preset:
+    """A fresh copy of the named preset."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+    return dataclasses.replace(PRESETS[name], model=dataclasses.replace(PRESETS[name].model),
+                               train=dataclasses.replace(PRESETS[name].train))
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def model_config_from_dict(d: dict[str, Any]) -> ModelConfig:
+    """ModelConfig from config.json, refusing unknown keys (a file from something else)."""
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"unknown model config keys {unknown}")
+    return ModelConfig(**d)

@@ -1,0 +1,57 @@
+"""`python -m pygpt.generate --ckpt out/ --prompt "ROMEO:" --max-new-tokens 500`: sample text
+from a checkpoint, streaming it as it is generated."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional
+
+import torch
+
+from pygpt.checkpoint import load
+from pygpt.sampling import Sampling
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pygpt.generate", description=__doc__.split(":")[0])
+    p.add_argument("--ckpt", default="out", help="checkpoint folder (default: out)")
+    p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    p.add_argument("--max-new-tokens", type=int, default=500, help="tokens to generate")
+    p.add_argument("--greedy", action="store_true", help="always take the most likely token")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold")
+    p.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
+    p.add_argument("--no-cache", action="store_true",
+                   help="re-run the whole window per token instead of using the KV cache")
+    p.add_argument("--kernels", choices=["ext", "torch"], default="ext")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    try:
+        if args.max_new_tokens < 0:
+            raise ValueError("--max-new-tokens must be >= 0")
+        sampling = Sampling(greedy=args.greedy, temperature=args.temperature, top_k=args.top_k,
+                            top_p=args.top_p)
+        model, tokenizer = load(args.ckpt, kernels=args.kernels)
+        if not args.prompt:
+            raise ValueError("--prompt must not be empty")
+        idx = torch.tensor([tokenizer.encode(args.prompt)], dtype=torch.long)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"error: {e}") from None
+    generator = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+    sys.stdout.write(args.prompt)
+    for token in model.stream(idx, args.max_new_tokens, sampling=sampling,
+                              use_cache=not args.no_cache, generator=generator):
+        sys.stdout.write(tokenizer.decode(token.tolist()))
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""Training: `python -m pygpt.train` trains a GPT on a text file (by default the tiny-Shakespeare
+text shipped in the package) and writes a checkpoint folder that pygpt.generate, pygpt.load and
+the ONNX exporter read.
+
+The loop: random context windows from the 90/10 train split, AdamW (or SGD) with linear warmup
+and cosine decay, gradient accumulation and clipping; every --eval-interval steps the mean loss
+over fixed batches of both splits is logged (metrics.jsonl) and the checkpoint saved. --resume
+continues a run exactly: weights, optimizer, step, and the RNG states of data order and dropout
+all come back, so N steps plus M resumed steps equal N + M straight. Ctrl-C stops at the end of
+the current step and saves, ready for --resume.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from tqdm import tqdm
+
+from pygpt import checkpoint
+from pygpt.cli import add_dataclass_flags, overrides
+from pygpt.config import PRESETS, ModelConfig, TrainConfig, model_config_from_dict, preset
+from pygpt.data import TokenSplits, read_text
+from pygpt.model import GPT
+from pygpt.tokenizer import CharTokenizer, load_tokenizer
+
+METRICS = "metrics.jsonl"
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup to cfg.lr, then (with decay_lr) cosine down to cfg.min_lr."""
+    if step < cfg.warmup_iters:
+        return cfg.lr * (step + 1) / cfg.warmup_iters
+    if not cfg.decay_lr:
+        return cfg.lr
+    end = cfg.lr_decay_iters if cfg.lr_decay_iters is not None else cfg.max_iters
+    if step >= end:
+        return cfg.min_lr
+    progress = (step - cfg.warmup_iters) / max(1, end - cfg.warmup_iters)
+    return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
+
+
+def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW decays only the weights of linear layers (not norms, biases or embeddings, which
+    includes a tied LM head); SGD is plain."""
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    decay = {id(m.weight): m.weight for m in model.modules()
+             if isinstance(m, torch.nn.Linear) and id(m.weight) not in embeddings}
+    rest = [p for p in model.parameters() if id(p) not in decay]
+    groups = [{"params": list(decay.values()), "weight_decay": cfg.weight_decay},
+              {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+
+
+@torch.no_grad()
+def evaluate(model: GPT, splits: TokenSplits, cfg: TrainConfig) -> dict[str, float]:
+    """Mean loss per split over the same eval_iters batches every time (their own generator, so
+    evaluating never changes the training data order)."""
+    model.eval()
+    result = {}
+    for i, split in enumerate(("train", "val")):
+        gen = torch.Generator().manual_seed(cfg.seed + 1 + i)
+        losses = [model(*splits.batch(split, cfg.batch_size, gen)).loss.item()
+                  for _ in range(cfg.eval_iters)]
+        result[f"{split}_loss"] = sum(losses) / len(losses)
+    model.train()
+    return result
+
+
+class _StopRequest:
+    """First Ctrl-C asks the loop to stop after the current step; a second one interrupts."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __enter__(self) -> "_StopRequest":
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, *_: Any) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, self._previous)
+
+    def __exit__(self, *_: Any) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+
+def _append_metrics(out: Path, record: dict[str, Any]) -> None:
+    with open(out / METRICS, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _truncate_metrics(out: Path, step: int) -> None:
+    """Drops records past `step`, left by a run that was killed after its last checkpoint."""
+    path = out / METRICS
+    if path.exists():
+        kept = [l for l in path.read_text(encoding="utf-8").splitlines()
+                if l.strip() and json.loads(l)["step"] <= step]
+        path.write_text("".join(l + "\n" for l in kept), encoding="utf-8")
+
+
+def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
+          progress: bool = True) -> dict[str, Any]:
+    """Runs (or with resume, continues) a training run into cfg.out; returns the last metrics."""
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out)
+    text = read_text(cfg.data)
+    tokenizer = load_tokenizer(out / checkpoint.TOKENIZER) if resume else CharTokenizer.from_text(text)
+    tokens = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+    model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
+    splits = TokenSplits(tokens, model_cfg.block_size)
+
+    torch.manual_seed(cfg.seed)
+    model = GPT(model_cfg, kernels=cfg.kernels).to(cfg.device)
+    optimizer = make_optimizer(model, cfg)
+    data_gen = torch.Generator().manual_seed(cfg.seed)
+    step = 0
+    if resume:
+        loaded, _ = checkpoint.load(out, kernels=cfg.kernels, device=cfg.device)
+        model.load_state_dict(loaded.state_dict())
+        state = checkpoint.load_train_state(out)
+        optimizer.load_state_dict(state["optimizer"])
+        step = state["step"]
+        data_gen.set_state(state["data_rng"])
+        torch.set_rng_state(state["torch_rng"])
+        _truncate_metrics(out, step)
+    model.train()
+
+    def save() -> None:
+        state = {"optimizer": optimizer.state_dict(), "data_rng": data_gen.get_state(),
+                 "torch_rng": torch.get_rng_state()}
+        checkpoint.save(out, model, tokenizer, cfg, state, step=step)
+
+    tokens_per_step = cfg.batch_size * cfg.grad_accum * model_cfg.block_size
+    last: dict[str, Any] = {"step": step}
+    train_time, t_start = 0.0, time.perf_counter()
+    bar = tqdm(total=cfg.max_iters, initial=step, disable=not progress, unit="step",
+               dynamic_ncols=True, mininterval=0.5)
+    with _StopRequest() as stop:
+        while step < cfg.max_iters and not stop.requested:
+            t0 = time.perf_counter()
+            lr = lr_at(step, cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss_sum = 0.0
+            for _ in range(cfg.grad_accum):
+                x, y = splits.batch("train", cfg.batch_size, data_gen)
+                loss = model(x.to(cfg.device), y.to(cfg.device)).loss / cfg.grad_accum
+                loss.backward()
+                loss_sum += loss.item()
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            dt = time.perf_counter() - t0
+            train_time += dt
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_sum:.4f}", tok_s=f"{tokens_per_step / dt:,.0f}",
+                            refresh=False)
+            if step % cfg.eval_interval == 0 or step == cfg.max_iters or stop.requested:
+                last = {"step": step, "tokens": step * tokens_per_step, "lr": lr,
+                        **evaluate(model, splits, cfg),
+                        "tokens_per_s": (tokens_per_step * (step - (last.get("step") or 0)))
+                        / max(train_time, 1e-9),
+                        "elapsed_s": time.perf_counter() - t_start}
+                last["train_ppl"] = math.exp(last["train_loss"])
+                last["val_ppl"] = math.exp(last["val_loss"])
+                train_time = 0.0
+                save()
+                _append_metrics(out, last)
+                bar.write(f"step {step}: train loss {last['train_loss']:.4f}, val loss "
+                          f"{last['val_loss']:.4f} (ppl {last['val_ppl']:.2f}), "
+                          f"{last['tokens_per_s']:,.0f} tokens/s")
+    bar.close()
+    if stop.requested:
+        print(f"stopped at step {step}; continue with --resume --out {out}", file=sys.stderr)
+    return last
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pygpt.train",
+        description="Train a GPT on a text file with pygpt's kernels. Flags not given come from "
+                    "the preset (or, with --resume, from the checkpoint being continued).",
+        epilog="presets: " + "; ".join(
+            f"{name}: {p.model.n_layer} layers, {p.model.n_head} heads, {p.model.n_embd} wide, "
+            f"context {p.model.block_size}, batch {p.train.batch_size}, {p.train.max_iters} iters"
+            for name, p in PRESETS.items()))
+    parser.add_argument("--preset", choices=list(PRESETS), default="baby",
+                        help="starting configuration (default: baby)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run saved in --out (exactly where it stopped)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start a new run even if --out already holds a checkpoint")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_dataclass_flags(parser, ModelConfig, "model", skip=("vocab_size",))
+    add_dataclass_flags(parser, TrainConfig, "training")
+    return parser
+
+
+def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfig]:
+    model_flags, train_flags = overrides(args, ModelConfig), overrides(args, TrainConfig)
+    out = Path(train_flags.get("out", TrainConfig.out))
+    if args.resume:
+        saved = checkpoint.read_config(out)
+        if model_flags:
+            raise SystemExit(f"--resume continues the saved model; model flags cannot change "
+                             f"({', '.join('--' + k.replace('_', '-') for k in model_flags)})")
+        model_cfg = model_config_from_dict(saved["model"])
+        train_cfg = dataclasses.replace(TrainConfig(**saved["train"]), **train_flags)
+        return model_cfg, train_cfg
+    if (out / checkpoint.WEIGHTS).exists() and not args.overwrite:
+        raise SystemExit(f"{out} already holds a checkpoint; pass --resume to continue it, "
+                         "--overwrite to start over, or --out to train elsewhere")
+    base = preset(args.preset)
+    return (dataclasses.replace(base.model, **model_flags),
+            dataclasses.replace(base.train, **train_flags))
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        model_cfg, train_cfg = configs_from_args(args)
+        if args.overwrite and not args.resume:
+            (Path(train_cfg.out) / METRICS).unlink(missing_ok=True)
+        result = train(model_cfg, train_cfg, resume=args.resume, progress=not args.quiet)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"error: {e}") from None
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
