@@ -59,11 +59,13 @@ class TrainConfig:
     max_iters: int = opt(2000, "optimizer steps in total (with --resume: the new total)")
     optimizer: Literal["adamw", "sgd"] = opt("adamw", "optimizer")
     lr: float = opt(1e-3, "peak learning rate")
-    min_lr: float = opt(1e-4, "learning rate at the end of the cosine decay")
+    min_lr: float = opt(0.0, "learning rate at the end of the decay")
     warmup_iters: int = opt(100, "steps of linear warmup from 0 to --lr")
-    decay_lr: bool = opt(True, "cosine decay from --lr to --min-lr after warmup (off: constant)")
-    lr_decay_iters: Optional[int] = opt(None, "step where the cosine decay ends (default: "
-                                              "--max-iters)")
+    schedule: Literal["cosine", "wsd", "constant"] = opt(
+        "wsd", "after warmup: cosine decay to --min-lr; wsd: hold --lr, then decay linearly "
+                  "to --min-lr over the last --cooldown-frac of the run; or constant")
+    cooldown_frac: float = opt(0.2, "wsd: fraction of the run spent decaying")
+    lr_decay_iters: Optional[int] = opt(None, "step where the decay ends (default: --max-iters)")
     weight_decay: float = opt(0.1, "AdamW decoupled weight decay (never on norms, biases, "
                                    "embeddings)")
     beta1: float = opt(0.9, "AdamW beta1")
@@ -86,10 +88,10 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     # The usual CPU-sized Shakespeare run, and the default.
     "baby": Preset(ModelConfig(block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0),
-                   TrainConfig(batch_size=12, lr=1e-3, min_lr=1e-4, max_iters=2000)),
+                   TrainConfig(batch_size=12, lr=1e-3, max_iters=2000)),
     # The usual GPU-sized run.
     "shakespeare": Preset(ModelConfig(block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2),
-                          TrainConfig(batch_size=64, lr=1e-3, min_lr=1e-4, max_iters=5000,
+                          TrainConfig(batch_size=64, lr=1e-3, max_iters=5000,
                                       eval_interval=500, eval_iters=100)),
     # The minimal model of the classic from-scratch tutorial this project started from: embedding,
     # fixed sinusoidal positions, a layer norm, one multi-head attention layer (W_Q, W_K, W_V; no
@@ -98,7 +100,7 @@ PRESETS: dict[str, Preset] = {
                                bias=False, pos_encoding="sinusoidal", mlp=False, attn_proj=False,
                                residual=False, block_norm=False, embed_norm=True,
                                final_norm=False, tie_weights=False, head_bias=True, embed_std=1.0),
-                   TrainConfig(optimizer="sgd", lr=1e-3, warmup_iters=0, decay_lr=False,
+                   TrainConfig(optimizer="sgd", lr=1e-3, warmup_iters=0, schedule="constant",
                                weight_decay=0.0, grad_clip=0.0)),
 }
 

@@ -35,14 +35,20 @@ METRICS = "metrics.jsonl"
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warmup to cfg.lr, then (with decay_lr) cosine down to cfg.min_lr."""
+    """Linear warmup to cfg.lr, then cfg.schedule down to cfg.min_lr at lr_decay_iters."""
     if step < cfg.warmup_iters:
         return cfg.lr * (step + 1) / cfg.warmup_iters
-    if not cfg.decay_lr:
-        return cfg.lr
     end = cfg.lr_decay_iters if cfg.lr_decay_iters is not None else cfg.max_iters
+    if cfg.schedule == "constant":
+        return cfg.lr
     if step >= end:
         return cfg.min_lr
+    if cfg.schedule == "wsd":
+        cooldown_start = end - cfg.cooldown_frac * end
+        if step < cooldown_start:
+            return cfg.lr
+        progress = (step - cooldown_start) / max(1.0, end - cooldown_start)
+        return cfg.lr + progress * (cfg.min_lr - cfg.lr)
     progress = (step - cfg.warmup_iters) / max(1, end - cfg.warmup_iters)
     return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
 
