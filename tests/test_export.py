@@ -1,0 +1,161 @@
+"""ONNX export and the torch-free runner: a tiny trained model, exported once (fp32 and int8),
+must match PyTorch in onnxruntime for the prefill and 50 decode steps, continue greedily with the
+same 200 tokens, and run in a process where torch cannot be imported."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import pygpt
+from pygpt import export as exporter
+from pygpt.config import ModelConfig, TrainConfig
+from pygpt.train import train
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNNER = ROOT / "export" / "run_onnx.py"
+
+
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("run_onnx", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """(checkpoint folder, export folder) of a tiny model trained for a few steps."""
+    root = tmp_path_factory.mktemp("export")
+    ckpt, onnx_dir = root / "ckpt", root / "onnx"
+    model_cfg = ModelConfig(block_size=24, n_layer=2, n_head=2, n_embd=32)
+    train(model_cfg, TrainConfig(out=str(ckpt), max_iters=60, eval_interval=60, eval_iters=2,
+                                 batch_size=8, warmup_iters=5), progress=False)
+    exporter.export(ckpt, onnx_dir, quantize="int8")
+    return ckpt, onnx_dir
+
+
+def test_export_files(exported):
+    _, onnx_dir = exported
+    names = sorted(p.name for p in onnx_dir.iterdir())
+    assert names == ["config.json", "model.int8.onnx", "model.onnx", "tokenizer.json"]
+    config = json.loads((onnx_dir / "config.json").read_text())
+    assert config["block_size"] == 24 and config["n_layer"] == 2 and config["head_dim"] == 16
+    assert config["inputs"][:3] == ["input_ids", "past_key_values.0.key", "past_key_values.0.value"]
+    assert config["outputs"][:2] == ["logits", "present.0.key"]
+    import onnx
+
+    model = onnx.load(str(onnx_dir / "model.onnx"))
+    onnx.checker.check_model(model)
+    domains = {node.domain for node in model.graph.node}
+    assert domains <= {"", "ai.onnx"}, f"custom-op domains left in the graph: {domains}"
+
+
+def test_logits_match_prefill_and_50_decode_steps(exported):
+    ckpt, onnx_dir = exported
+    runner = _load_runner()
+    onnx_model = runner.OnnxGPT(str(onnx_dir))
+    model, _ = pygpt.load(ckpt)
+    ids = torch.randint(model.config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model(ids, use_cache=True)
+    logits, past = onnx_model.step(ids.numpy(), onnx_model.empty_past(2))
+    np.testing.assert_allclose(logits, expected.logits.numpy(), atol=1e-4, rtol=0)
+    cache = expected.present
+    steps = 0
+    while steps < 50:
+        if cache[0][0].shape[2] == model.config.block_size:  # context full: start a new prefill
+            ids = ids[:, -4:]
+            with torch.no_grad():
+                expected = model(ids, use_cache=True)
+            logits, past = onnx_model.step(ids.numpy(), onnx_model.empty_past(2))
+            np.testing.assert_allclose(logits, expected.logits.numpy(), atol=1e-4, rtol=0)
+            cache = expected.present
+        nxt = expected.logits[:, -1].argmax(-1, keepdim=True)
+        with torch.no_grad():
+            expected = model(nxt, past=cache, use_cache=True)
+        logits, past = onnx_model.step(nxt.numpy(), past)
+        np.testing.assert_allclose(logits, expected.logits.numpy(), atol=1e-4, rtol=0)
+        for (k, v), onnx_k, onnx_v in zip(expected.present, past[0::2], past[1::2]):
+            np.testing.assert_allclose(onnx_k, k.numpy(), atol=1e-5)
+            np.testing.assert_allclose(onnx_v, v.numpy(), atol=1e-5)
+        cache, ids = expected.present, torch.cat([ids, nxt], dim=1)
+        steps += 1
+
+
+def test_greedy_200_tokens_identical(exported):
+    ckpt, onnx_dir = exported
+    runner = _load_runner()
+    model, tokenizer = pygpt.load(ckpt)
+    prompt = tokenizer.encode("ROMEO:")
+    from pygpt.sampling import Sampling
+
+    torch_tokens = model.generate(torch.tensor([prompt]), 200, sampling=Sampling(greedy=True))
+    onnx_tokens = list(runner.stream(runner.OnnxGPT(str(onnx_dir)), np.array([prompt]), 200,
+                                     greedy=True))
+    assert [int(t[0]) for t in onnx_tokens] == torch_tokens[0, len(prompt):].tolist()
+
+
+def test_int8_runs_and_stays_close(exported):
+    ckpt, onnx_dir = exported
+    runner = _load_runner()
+    fp32, int8 = runner.OnnxGPT(str(onnx_dir)), runner.OnnxGPT(str(onnx_dir), "int8")
+    assert (onnx_dir / "model.int8.onnx").stat().st_size < 0.8 * (onnx_dir / "model.onnx").stat().st_size
+    ids = np.array([fp32.tokenizer.encode("ROMEO:\nWhat")])
+    logits32, _ = fp32.step(ids, fp32.empty_past(1))
+    logits8, _ = int8.step(ids, int8.empty_past(1))
+    # Quantized weights move the logits a little, not the model's predictions as a whole.
+    probs32 = np.exp(logits32 - logits32.max(-1, keepdims=True))
+    probs32 /= probs32.sum(-1, keepdims=True)
+    probs8 = np.exp(logits8 - logits8.max(-1, keepdims=True))
+    probs8 /= probs8.sum(-1, keepdims=True)
+    assert np.abs(probs32 - probs8).sum(-1).max() < 0.2  # total variation distance x 2
+    text = "".join(int8.tokenizer.decode(t.tolist()) for t in
+                   runner.stream(int8, ids, 50, greedy=True))
+    assert len(text) == 50
+
+
+def test_runner_needs_no_torch(exported, tmp_path):
+    _, onnx_dir = exported
+    blocker = tmp_path / "blocked"
+    blocker.mkdir()
+    for name in ("torch", "pygpt"):
+        (blocker / f"{name}.py").write_text(f"raise ImportError('{name} is not allowed here')\n")
+    env = {**os.environ, "PYTHONPATH": str(blocker)}
+    done = subprocess.run([sys.executable, str(RUNNER), "--model", str(onnx_dir), "--prompt",
+                           "ROMEO:", "--max-new-tokens", "40", "--greedy"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ROMEO:") and len(done.stdout) >= 46
+    probe = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True)
+    assert probe.returncode != 0  # the blocker really blocks
+
+
+def test_runner_rejects_unknown_prompt_characters(exported):
+    _, onnx_dir = exported
+    done = subprocess.run([sys.executable, str(RUNNER), "--model", str(onnx_dir), "--prompt",
+                           "héllo ☃"], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "'☃'" in done.stderr and "vocabulary" in done.stderr
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="no checkpoint folder"):
+        exporter.main(["--ckpt", str(tmp_path / "nope"), "--out", str(tmp_path / "onnx")])
+
+
+def test_failed_export_leaves_no_file(exported, tmp_path, monkeypatch):
+    ckpt, _ = exported
+    out = tmp_path / "onnx"
+
+    def disagree(*_args, **_kwargs):
+        raise RuntimeError("exported model disagrees with PyTorch")
+
+    monkeypatch.setattr(exporter, "_check_against_torch", disagree)
+    with pytest.raises(RuntimeError, match="disagrees"):
+        exporter.export(ckpt, out)
+    assert list(out.iterdir()) == []
