@@ -3,6 +3,7 @@ named presets. Every field is a command-line flag of `python -m pygpt.train`."""
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
@@ -10,6 +11,29 @@ from typing import Any, Literal, Optional
 def opt(default: Any, help: str) -> Any:
     """A dataclass field with its --help text."""
     return field(default=default, metadata={"help": help})
+
+
+def check_field_types(cfg: Any) -> None:
+    """Raises ValueError for a field whose value has the wrong type (say, from a hand-edited
+    config.json): a float width, a string for a switch. An int is accepted where a float is due."""
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        value, hint = getattr(cfg, f.name), hints[f.name]
+        args = typing.get_args(hint)
+        if typing.get_origin(hint) is typing.Union and type(None) in args:
+            if value is None:
+                continue
+            hint = next(a for a in args if a is not type(None))
+        if typing.get_origin(hint) is typing.Literal:
+            ok = value in typing.get_args(hint)
+        elif hint is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif hint is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, hint)
+        if not ok:
+            raise ValueError(f"{f.name} must be {getattr(hint, '__name__', hint)}, got {value!r}")
 
 
 @dataclass
@@ -36,6 +60,7 @@ class ModelConfig:
     embed_std: float = opt(0.02, "std of the token embedding's normal initialisation")
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.pos_encoding not in ("learned", "sinusoidal"):
@@ -78,6 +103,14 @@ class TrainConfig:
     kernels: Literal["ext", "torch"] = opt("ext", "our C++ kernels, or plain PyTorch ops")
     device: str = opt("cpu", "torch device")
 
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        for name in ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0.0 <= self.cooldown_frac <= 1.0:
+            raise ValueError(f"cooldown_frac must be in [0, 1], got {self.cooldown_frac}")
+
 
 @dataclass
 class Preset:
@@ -117,10 +150,13 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
-def model_config_from_dict(d: dict[str, Any]) -> ModelConfig:
-    """ModelConfig from config.json, refusing unknown keys (a file from something else)."""
-    known = {f.name for f in dataclasses.fields(ModelConfig)}
+def config_from_dict(cls: type, d: Any) -> Any:
+    """A ModelConfig or TrainConfig from its saved dict; a clear ValueError for anything else
+    (unknown or missing keys, wrong types), e.g. a file from another version or hand-edited."""
+    if not isinstance(d, dict):
+        raise ValueError(f"expected the {cls.__name__} settings as a JSON object, got {d!r}")
+    known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - known)
     if unknown:
-        raise ValueError(f"unknown model config keys {unknown}")
-    return ModelConfig(**d)
+        raise ValueError(f"unknown {cls.__name__} keys {unknown}")
+    return cls(**d)

@@ -24,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
     p.add_argument("--no-cache", action="store_true",
                    help="re-run the whole window per token instead of using the KV cache")
-    p.add_argument("--kernels", choices=["ext", "torch"], default="ext")
+    p.add_argument("--kernels", choices=["ext", "torch"], default="ext",
+                   help="our C++ kernels (default), or plain PyTorch ops")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     return p
 

@@ -16,8 +16,9 @@ class Sampling:
     top_p: Optional[float] = None  # keep the smallest set whose probability reaches p
 
     def __post_init__(self) -> None:
-        if not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not self.greedy and not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0 (for argmax decoding use greedy), "
+                             f"got {self.temperature}")
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:

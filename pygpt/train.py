@@ -3,11 +3,13 @@ text shipped in the package) and writes a checkpoint folder that pygpt.generate,
 the ONNX exporter read.
 
 The loop: random context windows from the 90/10 train split, AdamW (or SGD) with linear warmup
-and cosine decay, gradient accumulation and clipping; every --eval-interval steps the mean loss
+and a warmup-stable-decay (or cosine, or constant) schedule, gradient accumulation and clipping; every --eval-interval steps the mean loss
 over fixed batches of both splits is logged (metrics.jsonl) and the checkpoint saved. --resume
 continues a run exactly: weights, optimizer, step, and the RNG states of data order and dropout
-all come back, so N steps plus M resumed steps equal N + M straight. Ctrl-C stops at the end of
-the current step and saves, ready for --resume.
+all come back, so a run stopped after N steps and resumed for M more ends with the weights of
+N + M straight. (The schedule ends at --lr-decay-iters, by default --max-iters: resuming with a
+larger --max-iters stretches the remaining schedule.) Ctrl-C stops at the end of the current
+step and saves, ready for --resume.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from tqdm import tqdm
 
 from pygpt import checkpoint
 from pygpt.cli import add_dataclass_flags, overrides
-from pygpt.config import PRESETS, ModelConfig, TrainConfig, model_config_from_dict, preset
+from pygpt.config import PRESETS, ModelConfig, TrainConfig, config_from_dict, preset
 from pygpt.data import TokenSplits, read_text
 from pygpt.model import GPT
 from pygpt.tokenizer import CharTokenizer, load_tokenizer
@@ -223,9 +225,14 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
         if model_flags:
             raise SystemExit(f"--resume continues the saved model; model flags cannot change "
                              f"({', '.join('--' + k.replace('_', '-') for k in model_flags)})")
-        model_cfg = model_config_from_dict(saved["model"])
-        train_cfg = dataclasses.replace(TrainConfig(**saved["train"]), **train_flags)
-        return model_cfg, train_cfg
+        try:
+            model_cfg = config_from_dict(ModelConfig, saved["model"])
+            saved_train = config_from_dict(TrainConfig, saved.get("train"))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{out / checkpoint.CONFIG}: cannot resume: {e}") from None
+        # The folder being resumed is where the run continues, wherever it was first written.
+        train_flags.setdefault("out", str(out))
+        return model_cfg, dataclasses.replace(saved_train, **train_flags)
     if (out / checkpoint.WEIGHTS).exists() and not args.overwrite:
         raise SystemExit(f"{out} already holds a checkpoint; pass --resume to continue it, "
                          "--overwrite to start over, or --out to train elsewhere")

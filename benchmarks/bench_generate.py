@@ -1,0 +1,179 @@
+#!/usr/bin/env python
+"""Generation speed: tokens/s of greedy decoding with the KV cache against re-running the whole
+window for every token, for model shapes of the presets (random weights: speed does not depend
+on them) or for a trained checkpoint.
+
+Each case: batch 1, a prompt of `--prompt-tokens` tokens (default 1), `--new-tokens` new tokens
+(default 500, so the window slides past the context of both presets), greedy. tokens/s = new
+tokens / median wall time of the whole generation over `--repeat` runs; the generators alternate
+within every repeat so a load change on a busy machine hits all alike. Every generator must
+produce the same tokens as the first; a column says whether they do.
+
+The generators are a registry of named factories: a factory takes the model (in eval mode) and
+returns a callable (prompt ids (1, T), n_new) -> ids (1, T + n_new), or None when it cannot run
+(e.g. a missing optional dependency; shown as n/a). Preparation (exporting, building a session)
+happens in the factory, outside the timing. A backend such as onnxruntime fp32 / int8 is one
+more `@generator("onnx-fp32")` function.
+
+Usage:
+  python benchmarks/bench_generate.py                          # baby and shakespeare, 1 thread
+  python benchmarks/bench_generate.py --threads 1 2 --markdown
+  python benchmarks/bench_generate.py --ckpt out/ --new-tokens 1000
+  python benchmarks/bench_generate.py --preset baby --generators kv-cache --kernels ext torch
+"""
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from typing import Callable, Optional
+
+import torch
+
+from pygpt.config import PRESETS, preset
+from pygpt.model import GPT
+from pygpt.sampling import Sampling
+
+Runner = Callable[[torch.Tensor, int], torch.Tensor]
+GENERATORS: dict[str, Callable[[GPT], Optional[Runner]]] = {}
+
+GREEDY = Sampling(greedy=True)
+
+
+def generator(name: str):
+    """Registers a factory model -> runner (or None if unavailable) under `name`."""
+
+    def register(factory):
+        GENERATORS[name] = factory
+        return factory
+
+    return register
+
+
+@generator("kv-cache")
+def kv_cache(model: GPT) -> Runner:
+    return lambda idx, n: model.generate(idx, n, sampling=GREEDY, use_cache=True)
+
+
+@generator("no-cache")
+def no_cache(model: GPT) -> Runner:
+    return lambda idx, n: model.generate(idx, n, sampling=GREEDY, use_cache=False)
+
+
+def load_models(args):
+    """[(label, model)] for the requested presets (random init) or the checkpoint."""
+    if args.ckpt:
+        import pygpt
+
+        model, _ = pygpt.load(args.ckpt, kernels=args.kernels[0])
+        return [(f"ckpt {args.ckpt}", model)]
+    models = []
+    for name in args.preset:
+        cfg = preset(name).model
+        torch.manual_seed(0)
+        models.append((name, GPT(cfg).eval()))
+    return models
+
+
+def bench_case(model, runners, threads, new_tokens, prompt_tokens, repeat, warmup_tokens):
+    torch.set_num_threads(threads)
+    idx = torch.randint(model.config.vocab_size, (1, prompt_tokens),
+                        generator=torch.Generator().manual_seed(1))
+    for run in runners.values():
+        if run is not None and warmup_tokens:
+            run(idx, warmup_tokens)
+    times = {name: [] for name, run in runners.items() if run is not None}
+    outputs = {}
+    for r in range(repeat):
+        order = list(times) if r % 2 == 0 else list(reversed(times))
+        for name in order:
+            t0 = time.perf_counter()
+            out = runners[name](idx, new_tokens)
+            times[name].append(time.perf_counter() - t0)
+            outputs.setdefault(name, out)
+    first = next(iter(outputs.values()), None)
+    return {name: {"tokens_per_s": new_tokens / statistics.median(ts),
+                   "ms_per_token": 1e3 * statistics.median(ts) / new_tokens,
+                   "same_tokens": torch.equal(outputs[name], first)}
+            for name, ts in times.items()}
+
+
+def busy_warning(threads):
+    """Other work on the machine: runs with more threads than idle cores are not meaningful
+    (intra-op threads wait at every op's barrier for a thread that is descheduled)."""
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    if load + max(threads) > cpus + 0.5:
+        print(f"# WARNING: load average {load:.1f} on {cpus} CPUs before starting: timings with "
+              f"more threads than idle cores ({max(0.0, cpus - load):.1f}) are unreliable")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", nargs="+", choices=list(PRESETS), default=["baby", "shakespeare"],
+                   help="model shapes to run, random weights (default: baby shakespeare)")
+    p.add_argument("--ckpt", default=None, help="a trained checkpoint folder instead of presets")
+    p.add_argument("--threads", type=int, nargs="+", default=[1],
+                   help="intra-op thread counts (default: 1)")
+    p.add_argument("--kernels", nargs="+", choices=["ext", "torch"], default=["ext"],
+                   help="kernel sets to run the torch generators on (default: ext)")
+    p.add_argument("--generators", nargs="+", choices=list(GENERATORS), default=list(GENERATORS),
+                   help="which generators to time (default: all)")
+    p.add_argument("--new-tokens", type=int, default=500, help="tokens generated per run")
+    p.add_argument("--prompt-tokens", type=int, default=1, help="prompt length in tokens")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per generator (median)")
+    p.add_argument("--warmup-tokens", type=int, default=20,
+                   help="an untimed short generation per generator first")
+    p.add_argument("--markdown", action="store_true", help="print a markdown table")
+    args = p.parse_args(argv)
+    if args.new_tokens < 1 or args.prompt_tokens < 1 or args.repeat < 1:
+        p.error("--new-tokens, --prompt-tokens and --repeat must be >= 1")
+
+    print(f"# batch 1, prompt {args.prompt_tokens} token(s), {args.new_tokens} new tokens, "
+          f"greedy, median of {args.repeat}")
+    print(f"# torch {torch.__version__}, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    busy_warning(args.threads)
+    rows = []
+    for label, model in load_models(args):
+        c = model.config
+        shape = (f"{c.n_layer}L {c.n_head}H {c.n_embd}d ctx {c.block_size}, "
+                 f"{model.num_params() / 1e6:.2f}M params")
+        for kernels in args.kernels:
+            model.kernels = kernels
+            runners = {name: GENERATORS[name](model) for name in args.generators}
+            for threads in args.threads:
+                result = bench_case(model, runners, threads, args.new_tokens,
+                                    args.prompt_tokens, args.repeat, args.warmup_tokens)
+                rows.append((label, shape, kernels, threads, result))
+                if not args.markdown:
+                    cells = "  ".join(
+                        f"{name} {r['tokens_per_s']:8,.1f} tok/s"
+                        + ("" if r["same_tokens"] else " (DIFFERENT TOKENS)")
+                        for name, r in result.items())
+                    print(f"{label:>12} [{shape}] {kernels:>5} {threads}t: {cells}", flush=True)
+
+    names = args.generators
+    if args.markdown:
+        cols = " | ".join(f"{n} tok/s" for n in names)
+        speedup = "kv-cache/no-cache" if {"kv-cache", "no-cache"} <= set(names) else None
+        print(f"| model | shape | kernels | threads | {cols} |"
+              + (f" {speedup} |" if speedup else "") + " same tokens |")
+        print("|---|---|---|---:|" + "---:|" * len(names) + ("---:|" if speedup else "")
+              + "---|")
+        for label, shape, kernels, threads, result in rows:
+            vals = " | ".join(f"{result[n]['tokens_per_s']:,.1f}" if n in result else "n/a"
+                              for n in names)
+            extra = ""
+            if speedup and "kv-cache" in result and "no-cache" in result:
+                ratio = result["kv-cache"]["tokens_per_s"] / result["no-cache"]["tokens_per_s"]
+                extra = f" {ratio:.1f}x |"
+            same = "yes" if all(r["same_tokens"] for r in result.values()) else "NO"
+            print(f"| {label} | {shape} | {kernels} | {threads} | {vals} |{extra} {same} |")
+    if any(not r["same_tokens"] for *_, result in rows for r in result.values()):
+        print("# WARNING: some generators produced different tokens than the first")
+
+
+if __name__ == "__main__":
+    main()
