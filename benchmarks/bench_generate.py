@@ -1,19 +1,22 @@
 #!/usr/bin/env python
 """Generation speed: tokens/s of greedy decoding with the KV cache against re-running the whole
-window for every token, for model shapes of the presets (random weights: speed does not depend
-on them) or for a trained checkpoint.
+window for every token, and of the same model exported to ONNX and run in onnxruntime (fp32 and
+int8), for model shapes of the presets (random weights: speed does not depend on them) or for a
+trained checkpoint.
 
 Each case: batch 1, a prompt of `--prompt-tokens` tokens (default 1), `--new-tokens` new tokens
 (default 500, so the window slides past the context of both presets), greedy. tokens/s = new
 tokens / median wall time of the whole generation over `--repeat` runs; the generators alternate
 within every repeat so a load change on a busy machine hits all alike. Every generator must
-produce the same tokens as the first; a column says whether they do.
+produce the same tokens as the first (but the int8 model, whose quantized weights may change a
+greedy choice); a column says whether they do.
 
 The generators are a registry of named factories: a factory takes the model (in eval mode) and
 returns a callable (prompt ids (1, T), n_new) -> ids (1, T + n_new), or None when it cannot run
 (e.g. a missing optional dependency; shown as n/a). Preparation (exporting, building a session)
-happens in the factory, outside the timing. A backend such as onnxruntime fp32 / int8 is one
-more `@generator("onnx-fp32")` function.
+happens in the factory, outside the timing. The onnxruntime generators export the model once
+(into a temporary folder, with pygpt.export) and step it with export/run_onnx.py, the torch-free
+runner, with as many onnxruntime threads as the torch threads of the case.
 
 Usage:
   python benchmarks/bench_generate.py                          # baby and shakespeare, 1 thread
@@ -23,14 +26,19 @@ Usage:
 """
 
 import argparse
+import importlib.util
 import os
 import platform
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Callable, Optional
 
+import numpy as np
 import torch
 
+from machine import busy_warning
 from pygpt.config import PRESETS, preset
 from pygpt.model import GPT
 from pygpt.sampling import Sampling
@@ -59,6 +67,49 @@ def kv_cache(model: GPT) -> Runner:
 @generator("no-cache")
 def no_cache(model: GPT) -> Runner:
     return lambda idx, n: model.generate(idx, n, sampling=GREEDY, use_cache=False)
+
+
+APPROXIMATE = {"onnx-int8"}  # quantized: not expected to reproduce the fp32 tokens exactly
+_EXPORTS: dict[int, Path] = {}
+
+
+def _onnx_runner(model: GPT, variant: str) -> Optional[Runner]:
+    try:
+        from pygpt import checkpoint
+        from pygpt.export import export
+        from pygpt.tokenizer import CharTokenizer
+    except ImportError:
+        return None
+    if id(model) not in _EXPORTS:
+        folder = Path(tempfile.mkdtemp(prefix="bench-onnx-"))
+        tokenizer = CharTokenizer([chr(0x100 + i) for i in range(model.config.vocab_size)])
+        checkpoint.save(folder / "ckpt", model, tokenizer)
+        export(folder / "ckpt", folder / "onnx", quantize="int8")
+        _EXPORTS[id(model)] = folder / "onnx"
+    spec = importlib.util.spec_from_file_location(
+        "run_onnx", Path(__file__).resolve().parent.parent / "export" / "run_onnx.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    sessions = {}
+
+    def run(idx: torch.Tensor, n: int) -> torch.Tensor:
+        threads = torch.get_num_threads()
+        if threads not in sessions:
+            sessions[threads] = runner.OnnxGPT(str(_EXPORTS[id(model)]), variant, threads)
+        new = list(runner.stream(sessions[threads], idx.numpy(), n, greedy=True))
+        return torch.cat([idx, torch.from_numpy(np.stack(new, axis=1))], dim=1)
+
+    return run
+
+
+@generator("onnx-fp32")
+def onnx_fp32(model: GPT) -> Optional[Runner]:
+    return _onnx_runner(model, "fp32")
+
+
+@generator("onnx-int8")
+def onnx_int8(model: GPT) -> Optional[Runner]:
+    return _onnx_runner(model, "int8")
 
 
 def load_models(args):
@@ -95,17 +146,8 @@ def bench_case(model, runners, threads, new_tokens, prompt_tokens, repeat, warmu
     first = next(iter(outputs.values()), None)
     return {name: {"tokens_per_s": new_tokens / statistics.median(ts),
                    "ms_per_token": 1e3 * statistics.median(ts) / new_tokens,
-                   "same_tokens": torch.equal(outputs[name], first)}
+                   "same_tokens": name in APPROXIMATE or torch.equal(outputs[name], first)}
             for name, ts in times.items()}
-
-
-def busy_warning(threads):
-    """Other work on the machine: runs with more threads than idle cores are not meaningful
-    (intra-op threads wait at every op's barrier for a thread that is descheduled)."""
-    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
-    if load + max(threads) > cpus + 0.5:
-        print(f"# WARNING: load average {load:.1f} on {cpus} CPUs before starting: timings with "
-              f"more threads than idle cores ({max(0.0, cpus - load):.1f}) are unreliable")
 
 
 def main(argv=None):

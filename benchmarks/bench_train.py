@@ -31,6 +31,7 @@ import time
 
 import torch
 
+from machine import busy_warning
 from pygpt.config import PRESETS, preset
 from pygpt.data import TokenSplits, read_text
 from pygpt.model import GPT
@@ -114,15 +115,6 @@ def bench(model_cfg, train_cfg, threads, steps, warmup, block, seed=0):
     # Same data and weights: the two runs must also learn the same thing.
     result["max_loss_diff"] = max(abs(a - b) for a, b in zip(losses["ext"], losses["torch"]))
     return result
-
-
-def busy_warning(threads):
-    """Other work on the machine: runs with more threads than idle cores are not meaningful
-    (intra-op threads wait at every op's barrier for a thread that is descheduled)."""
-    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
-    if load + max(threads) > cpus + 0.5:
-        print(f"# WARNING: load average {load:.1f} on {cpus} CPUs before starting: timings with "
-              f"more threads than idle cores ({max(0.0, cpus - load):.1f}) are unreliable")
 
 
 def main(argv=None):

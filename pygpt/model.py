@@ -193,14 +193,14 @@ class GPT(nn.Module):
             loss = kern.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))
         return GPTOutput(logits, loss, present if use_cache else None)
 
-    @torch.no_grad()
+    @torch.inference_mode()  # unlike no_grad, skips the autograd layer of our ops entirely
     def stream(self, idx: torch.Tensor, max_new_tokens: int, **options) -> Iterator[torch.Tensor]:
         """Yields each new token (B,) as it is chosen; options as pygpt.generation.stream."""
         from pygpt.generation import stream
 
         yield from stream(self, idx, max_new_tokens, **options)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, **options) -> torch.Tensor:
         """idx (B, T) extended by max_new_tokens sampled tokens: (B, T + max_new_tokens)."""
         new = list(self.stream(idx, max_new_tokens, **options))
