@@ -40,7 +40,8 @@ def check_field_types(cfg: Any) -> None:
 class ModelConfig:
     """What a checkpoint's weights mean; saved in config.json beside them."""
 
-    vocab_size: int = opt(65, "tokens in the vocabulary (set from the tokenizer when training)")
+    vocab_size: int = opt(65, "tokens in the vocabulary: with --tokenizer bpe the size to train "
+                              "(default 1024); a char tokenizer sets it from the text")
     block_size: int = opt(64, "context length in tokens")
     n_layer: int = opt(4, "transformer blocks")
     n_head: int = opt(4, "attention heads per block")
@@ -78,6 +79,10 @@ class TrainConfig:
 
     data: Optional[str] = opt(None, "a UTF-8 text file (default: the tiny-Shakespeare text "
                                     "shipped in the package)")
+    tokenizer: Literal["char", "bpe"] = opt("char", "characters, or a byte-level BPE trained on "
+                                                    "the data with --vocab-size tokens")
+    init_from: Optional[str] = opt(None, "fine-tune: start from this checkpoint's weights and "
+                                         "tokenizer (it is never modified)")
     out: str = opt("out", "output folder for the checkpoint, metrics and plots")
     batch_size: int = opt(12, "sequences per micro-batch")
     grad_accum: int = opt(1, "micro-batches per optimizer step")
@@ -101,6 +106,8 @@ class TrainConfig:
     seed: int = opt(1337, "seed for initialisation, data order and dropout")
     threads: Optional[int] = opt(None, "torch intra-op threads (default: torch's choice)")
     kernels: Literal["ext", "torch"] = opt("ext", "our C++ kernels, or plain PyTorch ops")
+    compile: bool = opt(False, "train through torch.compile (our ops compile without graph "
+                               "breaks)")
     device: str = opt("cpu", "torch device")
 
     def __post_init__(self) -> None:

@@ -1,38 +1,136 @@
-"""Training text: reading it (UTF-8 only), tokenizing it, the 90/10 train/val split, and random
-context windows as batches. The tiny-Shakespeare text (public domain) ships inside the package."""
+"""Training text: reading it (UTF-8 only, piece by piece), tokenizing it once into a
+memory-mapped token file cached beside the data, the 90/10 train/val split, and random context
+windows as batches. A text larger than memory is never held in RAM: it is hashed, tokenized and
+written in chunks, and training reads windows straight from the mapped file. The tiny-Shakespeare
+text (public domain) ships inside the package."""
 from __future__ import annotations
 
+import codecs
+import hashlib
+import json
+import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Iterator, Optional, Union
 
+import numpy as np
 import torch
 
+from pygpt.io import atomic_write, atomic_write_text
+
 SHIPPED_TEXT = Path(__file__).resolve().parent / "data" / "tinyshakespeare.txt"
+CHUNK_BYTES = 1 << 20
+USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pygpt"
+
+
+def data_path(path: Optional[Union[str, Path]]) -> Path:
+    return Path(path) if path is not None else SHIPPED_TEXT
+
+
+def read_chunks(path: Optional[Union[str, Path]] = None) -> Iterator[str]:
+    """The text of a UTF-8 file (the shipped corpus when path is None), in chunks of about a
+    megabyte that end at a line break where possible (so BPE never sees a word cut in two)."""
+    path = data_path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; --data takes a text file")
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
+    offset, carry, empty = 0, "", True
+    try:
+        with open(path, "rb") as f:
+            while True:
+                raw = f.read(CHUNK_BYTES)
+                try:
+                    text = carry + decoder.decode(raw, final=not raw)
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"{path} is not UTF-8 text (invalid byte 0x{raw[e.start]:02x} "
+                                     f"at offset {offset + e.start}); convert it to UTF-8 first") from None
+                offset += len(raw)
+                if not raw:
+                    break
+                cut = text.rfind("\n") + 1 or len(text)
+                if text[:cut]:
+                    empty = False
+                    yield text[:cut]
+                carry = text[cut:]
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no data file at {path}") from None
+    if carry:
+        empty = False
+        yield carry
+    if empty:
+        raise ValueError(f"{path} is empty")
 
 
 def read_text(path: Optional[Union[str, Path]] = None) -> str:
-    """The text of a UTF-8 file (the shipped corpus when path is None); clear errors otherwise."""
-    path = Path(path) if path is not None else SHIPPED_TEXT
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no data file at {path}") from None
-    except IsADirectoryError:
-        raise ValueError(f"{path} is a directory; --data takes a text file") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not UTF-8 text (invalid byte 0x{raw[e.start]:02x} at offset "
-                         f"{e.start}); convert it to UTF-8 first") from None
-    if not text:
-        raise ValueError(f"{path} is empty")
-    return text
+    """The whole text of a UTF-8 file (for texts that fit in memory)."""
+    return "".join(read_chunks(path))
+
+
+def _file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK_BYTES), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class TokenFile:
+    """The token ids of a text file under a tokenizer, as a read-only memory map, made once and
+    found again by the hash of the file's content and of the tokenizer."""
+
+    def __init__(self, tokens: np.ndarray, n_chars: int):
+        self.tokens, self.n_chars = tokens, n_chars
+
+    @property
+    def chars_per_token(self) -> float:
+        return self.n_chars / max(1, len(self.tokens))
+
+    @classmethod
+    def load(cls, path: Optional[Union[str, Path]], tokenizer) -> "TokenFile":
+        path = data_path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no data file at {path}")
+        key = (_file_hash(path)[:16] + "-" +
+               hashlib.sha256(tokenizer.to_json().encode("utf-8")).hexdigest()[:16])
+        dtype = np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32
+        name = f".{path.name}.{key}.tokens.{np.dtype(dtype).name}"
+        for folder in (path.parent, USER_CACHE):
+            cached, meta = folder / name, folder / (name + ".json")
+            if cached.exists() and meta.exists():
+                n_chars = json.loads(meta.read_text(encoding="utf-8"))["chars"]
+                return cls(np.memmap(cached, dtype=dtype, mode="r"), n_chars)
+        for folder in (path.parent, USER_CACHE):  # beside the data, or the user cache if read-only
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                n_chars = _tokenize_to(path, tokenizer, dtype, folder / name)
+                atomic_write_text(folder / (name + ".json"), json.dumps({"chars": n_chars}))
+                return cls(np.memmap(folder / name, dtype=dtype, mode="r"), n_chars)
+            except PermissionError:
+                continue
+        raise PermissionError(f"cannot write a token cache beside {path} nor in {USER_CACHE}")
+
+
+def _tokenize_to(path: Path, tokenizer, dtype, out: Path) -> int:
+    """Writes the token ids of the file at path to out (raw dtype array); returns its length in
+    characters."""
+    n_chars = 0
+
+    def write(tmp: Path) -> None:
+        nonlocal n_chars
+        with open(tmp, "wb") as f:
+            for chunk in read_chunks(path):
+                n_chars += len(chunk)
+                f.write(np.asarray(tokenizer.encode(chunk), dtype=dtype).tobytes())
+
+    atomic_write(out, write)
+    return n_chars
 
 
 class TokenSplits:
     """Token ids split 90/10 into train and val, sampled as (x, y) windows of block_size."""
 
-    def __init__(self, tokens: torch.Tensor, block_size: int, val_fraction: float = 0.1):
+    def __init__(self, tokens: Union[np.ndarray, torch.Tensor], block_size: int,
+                 val_fraction: float = 0.1):
+        tokens = tokens.numpy() if isinstance(tokens, torch.Tensor) else tokens
         n_train = int(len(tokens) * (1 - val_fraction))
         self.block_size = block_size
         self.splits = {"train": tokens[:n_train], "val": tokens[n_train:]}
@@ -46,9 +144,10 @@ class TokenSplits:
 
     def batch(self, split: str, batch_size: int,
               generator: Optional[torch.Generator] = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """batch_size random windows: inputs x and next-token targets y, both (batch, block_size)."""
+        """batch_size random windows: inputs x and next-token targets y, both (batch, block_size)
+        int64, read from the (possibly memory-mapped) token array."""
         data = self.splits[split]
         T = self.block_size
-        starts = torch.randint(len(data) - T, (batch_size,), generator=generator)
-        windows = data.unfold(0, T + 1, 1)[starts]
+        starts = torch.randint(len(data) - T, (batch_size,), generator=generator).numpy()
+        windows = torch.from_numpy(data[starts[:, None] + np.arange(T + 1)].astype(np.int64))
         return windows[:, :-1], windows[:, 1:]

@@ -29,11 +29,13 @@ from tqdm import tqdm
 from pygpt import checkpoint
 from pygpt.cli import add_dataclass_flags, overrides
 from pygpt.config import PRESETS, ModelConfig, TrainConfig, config_from_dict, preset
-from pygpt.data import TokenSplits, read_text
+from pygpt.data import TokenFile, TokenSplits, read_chunks
 from pygpt.model import GPT
-from pygpt.tokenizer import CharTokenizer, load_tokenizer
+from pygpt.plot import METRICS, plot_runs
+from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, load_tokenizer
 
-METRICS = "metrics.jsonl"
+DEFAULT_BPE_VOCAB = 1024
+PLOT = "loss.png"
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -70,9 +72,11 @@ def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 
 @torch.no_grad()
-def evaluate(model: GPT, splits: TokenSplits, cfg: TrainConfig) -> dict[str, float]:
+def evaluate(model: GPT, splits: TokenSplits, cfg: TrainConfig,
+             chars_per_token: float = 1.0) -> dict[str, float]:
     """Mean loss per split over the same eval_iters batches every time (their own generator, so
-    evaluating never changes the training data order)."""
+    evaluating never changes the training data order), in nats per token and in bits per
+    character (comparable across tokenizers)."""
     model.eval()
     result = {}
     for i, split in enumerate(("train", "val")):
@@ -80,8 +84,21 @@ def evaluate(model: GPT, splits: TokenSplits, cfg: TrainConfig) -> dict[str, flo
         losses = [model(*splits.batch(split, cfg.batch_size, gen)).loss.item()
                   for _ in range(cfg.eval_iters)]
         result[f"{split}_loss"] = sum(losses) / len(losses)
+        result[f"{split}_bpc"] = result[f"{split}_loss"] / math.log(2) / chars_per_token
     model.train()
     return result
+
+
+def make_tokenizer(model_cfg: ModelConfig, cfg: TrainConfig, resume: bool) -> Tokenizer:
+    """The run's own tokenizer when resuming, the source's when fine-tuning, else a new one
+    learned from the data."""
+    if resume:
+        return load_tokenizer(Path(cfg.out) / checkpoint.TOKENIZER)
+    if cfg.init_from is not None:
+        return load_tokenizer(Path(cfg.init_from) / checkpoint.TOKENIZER)
+    if cfg.tokenizer == "bpe":
+        return BPETokenizer.train(read_chunks(cfg.data), model_cfg.vocab_size)
+    return CharTokenizer.from_text(read_chunks(cfg.data))
 
 
 class _StopRequest:
@@ -122,17 +139,19 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
-    text = read_text(cfg.data)
-    tokenizer = load_tokenizer(out / checkpoint.TOKENIZER) if resume else CharTokenizer.from_text(text)
-    tokens = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+    tokenizer = make_tokenizer(model_cfg, cfg, resume)
+    token_file = TokenFile.load(cfg.data, tokenizer)
     model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
-    splits = TokenSplits(tokens, model_cfg.block_size)
+    splits = TokenSplits(token_file.tokens, model_cfg.block_size)
 
     torch.manual_seed(cfg.seed)
     model = GPT(model_cfg, kernels=cfg.kernels).to(cfg.device)
     optimizer = make_optimizer(model, cfg)
     data_gen = torch.Generator().manual_seed(cfg.seed)
     step = 0
+    if cfg.init_from is not None and not resume:
+        source, _ = checkpoint.load(cfg.init_from, kernels=cfg.kernels, device=cfg.device)
+        model.load_state_dict(source.state_dict())
     if resume:
         loaded, _ = checkpoint.load(out, kernels=cfg.kernels, device=cfg.device)
         model.load_state_dict(loaded.state_dict())
@@ -143,6 +162,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
         torch.set_rng_state(state["torch_rng"])
         _truncate_metrics(out, step)
     model.train()
+    step_model = torch.compile(model) if cfg.compile else model
 
     def save() -> None:
         state = {"optimizer": optimizer.state_dict(), "data_rng": data_gen.get_state(),
@@ -163,7 +183,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
             loss_sum = 0.0
             for _ in range(cfg.grad_accum):
                 x, y = splits.batch("train", cfg.batch_size, data_gen)
-                loss = model(x.to(cfg.device), y.to(cfg.device)).loss / cfg.grad_accum
+                loss = step_model(x.to(cfg.device), y.to(cfg.device)).loss / cfg.grad_accum
                 loss.backward()
                 loss_sum += loss.item()
             if cfg.grad_clip > 0:
@@ -178,7 +198,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
                             refresh=False)
             if step % cfg.eval_interval == 0 or step == cfg.max_iters or stop.requested:
                 last = {"step": step, "tokens": step * tokens_per_step, "lr": lr,
-                        **evaluate(model, splits, cfg),
+                        **evaluate(model, splits, cfg, token_file.chars_per_token),
                         "tokens_per_s": (tokens_per_step * (step - (last.get("step") or 0)))
                         / max(train_time, 1e-9),
                         "elapsed_s": time.perf_counter() - t_start}
@@ -188,9 +208,15 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
                 save()
                 _append_metrics(out, last)
                 bar.write(f"step {step}: train loss {last['train_loss']:.4f}, val loss "
-                          f"{last['val_loss']:.4f} (ppl {last['val_ppl']:.2f}), "
+                          f"{last['val_loss']:.4f} (ppl {last['val_ppl']:.2f}, "
+                          f"{last['val_bpc']:.3f} bits/char), "
                           f"{last['tokens_per_s']:,.0f} tokens/s")
     bar.close()
+    if (out / METRICS).exists():
+        try:
+            plot_runs([out], out / PLOT)
+        except (OSError, ValueError) as e:  # a picture is not worth failing a finished run
+            print(f"warning: could not draw {out / PLOT}: {e}", file=sys.stderr)
     if stop.requested:
         print(f"stopped at step {step}; continue with --resume --out {out}", file=sys.stderr)
     return last
@@ -212,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true",
                         help="start a new run even if --out already holds a checkpoint")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_dataclass_flags(parser, ModelConfig, "model", skip=("vocab_size",))
+    add_dataclass_flags(parser, ModelConfig, "model")
     add_dataclass_flags(parser, TrainConfig, "training")
     return parser
 
@@ -237,8 +263,32 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
         raise SystemExit(f"{out} already holds a checkpoint; pass --resume to continue it, "
                          "--overwrite to start over, or --out to train elsewhere")
     base = preset(args.preset)
-    return (dataclasses.replace(base.model, **model_flags),
-            dataclasses.replace(base.train, **train_flags))
+    train_cfg = dataclasses.replace(base.train, **train_flags)
+    if train_cfg.init_from is not None:
+        return _fine_tune_model(train_cfg, model_flags, out), train_cfg
+    if "vocab_size" in model_flags and train_cfg.tokenizer == "char":
+        raise SystemExit("--vocab-size sets the size of a BPE vocabulary (--tokenizer bpe); a char "
+                         "tokenizer takes its vocabulary from the text")
+    if train_cfg.tokenizer == "bpe":
+        model_flags.setdefault("vocab_size", DEFAULT_BPE_VOCAB)
+    return dataclasses.replace(base.model, **model_flags), train_cfg
+
+
+def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any], out: Path) -> ModelConfig:
+    """The source checkpoint's model; only dropout may change for fine-tuning."""
+    source = Path(train_cfg.init_from)
+    if source.resolve() == out.resolve():
+        raise SystemExit("--init-from and --out must differ: the source checkpoint is never "
+                         "modified; fine-tuning writes its own folder")
+    changed = sorted(set(model_flags) - {"dropout"})
+    if changed:
+        raise SystemExit("--init-from keeps the source model's shape; these flags cannot change "
+                         f"it: {', '.join('--' + k.replace('_', '-') for k in changed)}")
+    try:
+        model_cfg = config_from_dict(ModelConfig, checkpoint.read_config(source)["model"])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{source / checkpoint.CONFIG}: cannot fine-tune from it: {e}") from None
+    return dataclasses.replace(model_cfg, **model_flags)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

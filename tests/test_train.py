@@ -667,7 +667,8 @@ def test_crash_while_saving_weights_keeps_previous(ckpt, monkeypatch):
     assert seen and Path(seen[0]).parent == ckpt and Path(seen[0]).name != checkpoint.WEIGHTS
     assert weights.read_bytes() == before
     assert sorted(p.name for p in ckpt.iterdir()) == sorted(
-        ["config.json", "tokenizer.json", "model.safetensors", "train_state.pt", METRICS])
+        ["config.json", "tokenizer.json", "model.safetensors", "train_state.pt", METRICS,
+         "loss.png"])
     monkeypatch.undo()
     loaded, _ = pygpt.load(ckpt)  # the previous weights still load (same architecture)
     assert checkpoint.weights_step(ckpt) == 6
