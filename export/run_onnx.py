@@ -38,11 +38,40 @@ class CharTokenizer:
         return "".join(self.chars[int(i)] for i in ids)
 
 
-def load_tokenizer(path: Path):
-    spec = json.loads(path.read_text(encoding="utf-8"))
-    if spec.get("kind") == "char":
-        return CharTokenizer(spec["chars"])
-    raise ValueError(f"{path}: unsupported tokenizer kind {spec.get('kind')!r}")
+class BPETokenizer:
+    """A byte-level BPE tokenizer.json (HF format), through the `tokenizers` library."""
+
+    def __init__(self, path: Path):
+        from tokenizers import Tokenizer  # only models with a BPE tokenizer need the library
+
+        self._tok = Tokenizer.from_file(str(path))
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text).ids  # byte-level: every text encodes
+
+    def decode(self, ids) -> str:
+        return self._tok.decode([int(i) for i in ids])
+
+
+def load_tokenizer(path: Path, kind: str):
+    if kind == "char":
+        return CharTokenizer(json.loads(path.read_text(encoding="utf-8"))["chars"])
+    if kind == "bpe":
+        return BPETokenizer(path)
+    raise ValueError(f"{path}: unsupported tokenizer kind {kind!r}")
+
+
+def decode_stream(tokenizer, ids) -> Iterator[str]:
+    """Text pieces as they become whole (a byte-level token can end inside a character)."""
+    pending: list[int] = []
+    for i in ids:
+        pending.append(int(i))
+        text = tokenizer.decode(pending)
+        if not text.endswith("\ufffd"):
+            yield text
+            pending = []
+    if pending:
+        yield tokenizer.decode(pending)
 
 
 class OnnxGPT:
@@ -63,7 +92,8 @@ class OnnxGPT:
             options.inter_op_num_threads = 1
         self.session = ort.InferenceSession(str(self.folder / self.config["models"][variant]),
                                             options, providers=["CPUExecutionProvider"])
-        self.tokenizer = load_tokenizer(self.folder / self.config["tokenizer"]["file"])
+        self.tokenizer = load_tokenizer(self.folder / self.config["tokenizer"]["file"],
+                                        self.config["tokenizer"]["kind"])
         self.past_names = self.config["inputs"][1:]
 
     def empty_past(self, batch: int) -> list[np.ndarray]:
@@ -146,9 +176,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         raise SystemExit(f"error: {e}") from None
     rng = np.random.default_rng(args.seed)
     sys.stdout.write(args.prompt)
-    for token in stream(model, ids, args.max_new_tokens, greedy=args.greedy,
-                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, rng=rng):
-        sys.stdout.write(model.tokenizer.decode(token.tolist()))
+    tokens = stream(model, ids, args.max_new_tokens, greedy=args.greedy,
+                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, rng=rng)
+    for piece in decode_stream(model.tokenizer, (int(t[0]) for t in tokens)):
+        sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
 

@@ -10,6 +10,7 @@ import torch
 
 from pygpt.checkpoint import load
 from pygpt.sampling import Sampling
+from pygpt.tokenizer import decode_stream
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,9 +48,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         raise SystemExit(f"error: {e}") from None
     generator = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     sys.stdout.write(args.prompt)
-    for token in model.stream(idx, args.max_new_tokens, sampling=sampling,
-                              use_cache=not args.no_cache, generator=generator):
-        sys.stdout.write(tokenizer.decode(token.tolist()))
+    tokens = model.stream(idx, args.max_new_tokens, sampling=sampling, use_cache=not args.no_cache,
+                          generator=generator)
+    for piece in decode_stream(tokenizer, (int(t[0]) for t in tokens)):
+        sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
 
