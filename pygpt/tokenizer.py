@@ -108,11 +108,19 @@ def load_tokenizer(path: Union[str, Path]) -> Tokenizer:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
-        spec = json.loads(text)
     except FileNotFoundError:
         raise FileNotFoundError(f"no tokenizer at {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not a valid tokenizer file: {e}") from None
+    return tokenizer_from_json(text, str(path))
+
+
+def tokenizer_from_json(text: str, source: str = "tokenizer") -> Tokenizer:
+    """A tokenizer from the text of its tokenizer.json; `source` names it in errors."""
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{source} is not a valid tokenizer file: {e}") from None
     if isinstance(spec, dict) and spec.get("kind") == "char" and "chars" in spec:
         return CharTokenizer(spec["chars"])
     if isinstance(spec, dict) and isinstance(spec.get("model"), dict) and spec["model"].get("type") == "BPE":
@@ -121,8 +129,8 @@ def load_tokenizer(path: Union[str, Path]) -> Tokenizer:
         try:
             return BPETokenizer(HFTokenizer.from_str(text))
         except Exception as e:  # tokenizers raises its own exception type
-            raise ValueError(f"{path} is not a valid BPE tokenizer: {e}") from None
-    raise ValueError(f"{path}: unsupported tokenizer (expected kind 'char', or an HF BPE tokenizer)")
+            raise ValueError(f"{source} is not a valid BPE tokenizer: {e}") from None
+    raise ValueError(f"{source}: unsupported tokenizer (expected kind 'char', or an HF BPE tokenizer)")
 
 
 def decode_stream(tokenizer: Tokenizer, ids: Iterable[int]) -> Iterator[str]:

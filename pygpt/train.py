@@ -14,9 +14,11 @@ step and saves, ready for --resume.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
+import torch.distributed as dist
 from tqdm import tqdm
 
 from pygpt import checkpoint
@@ -32,7 +35,8 @@ from pygpt.config import PRESETS, ModelConfig, TrainConfig, config_from_dict, pr
 from pygpt.data import TokenFile, TokenSplits, read_chunks
 from pygpt.model import GPT
 from pygpt.plot import METRICS, plot_runs
-from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, load_tokenizer
+from pygpt.tokenizer import (BPETokenizer, CharTokenizer, Tokenizer, load_tokenizer,
+                             tokenizer_from_json)
 
 DEFAULT_BPE_VOCAB = 1024
 PLOT = "loss.png"
@@ -72,8 +76,8 @@ def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 
 @torch.no_grad()
-def evaluate(model: GPT, splits: TokenSplits, cfg: TrainConfig,
-             chars_per_token: float = 1.0) -> dict[str, float]:
+def evaluate(model: GPT, splits: TokenSplits, cfg: TrainConfig, chars_per_token: float = 1.0,
+             batch_size: Optional[int] = None) -> dict[str, float]:
     """Mean loss per split over the same eval_iters batches every time (their own generator, so
     evaluating never changes the training data order), in nats per token and in bits per
     character (comparable across tokenizers)."""
@@ -81,7 +85,7 @@ def evaluate(model: GPT, splits: TokenSplits, cfg: TrainConfig,
     result = {}
     for i, split in enumerate(("train", "val")):
         gen = torch.Generator().manual_seed(cfg.seed + 1 + i)
-        losses = [model(*splits.batch(split, cfg.batch_size, gen)).loss.item()
+        losses = [model(*splits.batch(split, batch_size or cfg.batch_size, gen)).loss.item()
                   for _ in range(cfg.eval_iters)]
         result[f"{split}_loss"] = sum(losses) / len(losses)
         result[f"{split}_bpc"] = result[f"{split}_loss"] / math.log(2) / chars_per_token
@@ -99,6 +103,54 @@ def make_tokenizer(model_cfg: ModelConfig, cfg: TrainConfig, resume: bool) -> To
     if cfg.tokenizer == "bpe":
         return BPETokenizer.train(read_chunks(cfg.data), model_cfg.vocab_size)
     return CharTokenizer.from_text(read_chunks(cfg.data))
+
+
+class Distributed:
+    """Multi-process data parallelism on PyTorch's own engine: under torchrun (which sets
+    WORLD_SIZE, RANK and the rendezvous address) the ranks join a process group (gloo on CPU,
+    NCCL on GPU) and the model is wrapped in DistributedDataParallel. With one process every
+    method is a no-op, so the training loop reads the same either way."""
+
+    @staticmethod
+    def start(device: str) -> tuple[int, int]:
+        """(rank, world size)."""
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world == 1:
+            return 0, 1
+        if not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+        return dist.get_rank(), world
+
+    @staticmethod
+    def share_tokenizer(tokenizer: Optional[Tokenizer], world: int) -> Tokenizer:
+        if world == 1:
+            return tokenizer
+        payload = [tokenizer.to_json() if tokenizer is not None else None]
+        dist.broadcast_object_list(payload, src=0)
+        return tokenizer or tokenizer_from_json(payload[0], "rank 0's tokenizer")
+
+    @staticmethod
+    def barrier(world: int) -> None:
+        if world > 1:
+            dist.barrier()
+
+    @staticmethod
+    def wrap(model: torch.nn.Module, world: int) -> torch.nn.Module:
+        if world == 1:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model)
+
+    @staticmethod
+    def no_sync(model: torch.nn.Module, world: int, skip: bool):
+        """Inside, backward does not all-reduce (for all but the last micro-batch)."""
+        return model.no_sync() if world > 1 and skip else contextlib.nullcontext()
+
+    @staticmethod
+    def stop(world: int) -> None:
+        if world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 class _StopRequest:
@@ -139,8 +191,14 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
-    tokenizer = make_tokenizer(model_cfg, cfg, resume)
-    token_file = TokenFile.load(cfg.data, tokenizer)
+    rank, world = Distributed.start(cfg.device)
+    is_main = rank == 0
+    # Rank 0 learns the tokenizer and writes the token cache; the others take both from it.
+    tokenizer = make_tokenizer(model_cfg, cfg, resume) if is_main else None
+    tokenizer = Distributed.share_tokenizer(tokenizer, world)
+    token_file = TokenFile.load(cfg.data, tokenizer) if is_main else None
+    Distributed.barrier(world)
+    token_file = token_file or TokenFile.load(cfg.data, tokenizer)
     model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
     splits = TokenSplits(token_file.tokens, model_cfg.block_size)
 
@@ -160,19 +218,23 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
         step = state["step"]
         data_gen.set_state(state["data_rng"])
         torch.set_rng_state(state["torch_rng"])
-        _truncate_metrics(out, step)
+        if is_main:
+            _truncate_metrics(out, step)
+    if world > 1:  # each rank its own dropout masks
+        torch.manual_seed(cfg.seed + 1_000_003 * rank + step)
     model.train()
-    step_model = torch.compile(model) if cfg.compile else model
+    step_model = Distributed.wrap(model, world)
+    step_model = torch.compile(step_model) if cfg.compile else step_model
 
     def save() -> None:
         state = {"optimizer": optimizer.state_dict(), "data_rng": data_gen.get_state(),
                  "torch_rng": torch.get_rng_state()}
         checkpoint.save(out, model, tokenizer, cfg, state, step=step)
 
-    tokens_per_step = cfg.batch_size * cfg.grad_accum * model_cfg.block_size
+    tokens_per_step = cfg.batch_size * cfg.grad_accum * world * model_cfg.block_size
     last: dict[str, Any] = {"step": step}
     train_time, t_start = 0.0, time.perf_counter()
-    bar = tqdm(total=cfg.max_iters, initial=step, disable=not progress, unit="step",
+    bar = tqdm(total=cfg.max_iters, initial=step, disable=not (progress and is_main), unit="step",
                dynamic_ncols=True, mininterval=0.5)
     with _StopRequest() as stop:
         while step < cfg.max_iters and not stop.requested:
@@ -181,10 +243,16 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss_sum = 0.0
-            for _ in range(cfg.grad_accum):
-                x, y = splits.batch("train", cfg.batch_size, data_gen)
-                loss = step_model(x.to(cfg.device), y.to(cfg.device)).loss / cfg.grad_accum
-                loss.backward()
+            for micro in range(cfg.grad_accum):
+                # Every rank draws the same global batch and trains on its own slice of it, so
+                # N ranks of batch B step exactly like one process of batch N * B.
+                x, y = splits.batch("train", cfg.batch_size * world, data_gen)
+                mine = slice(rank * cfg.batch_size, (rank + 1) * cfg.batch_size)
+                last_micro = micro == cfg.grad_accum - 1
+                with Distributed.no_sync(step_model, world, skip=not last_micro):
+                    loss = step_model(x[mine].to(cfg.device),
+                                      y[mine].to(cfg.device)).loss / cfg.grad_accum
+                    loss.backward()
                 loss_sum += loss.item()
             if cfg.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -198,13 +266,16 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
                             refresh=False)
             if step % cfg.eval_interval == 0 or step == cfg.max_iters or stop.requested:
                 last = {"step": step, "tokens": step * tokens_per_step, "lr": lr,
-                        **evaluate(model, splits, cfg, token_file.chars_per_token),
+                        **evaluate(model, splits, cfg, token_file.chars_per_token,
+                                   batch_size=cfg.batch_size * world),
                         "tokens_per_s": (tokens_per_step * (step - (last.get("step") or 0)))
                         / max(train_time, 1e-9),
                         "elapsed_s": time.perf_counter() - t_start}
                 last["train_ppl"] = math.exp(last["train_loss"])
                 last["val_ppl"] = math.exp(last["val_loss"])
                 train_time = 0.0
+                if not is_main:
+                    continue
                 save()
                 _append_metrics(out, last)
                 bar.write(f"step {step}: train loss {last['train_loss']:.4f}, val loss "
@@ -212,7 +283,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
                           f"{last['val_bpc']:.3f} bits/char), "
                           f"{last['tokens_per_s']:,.0f} tokens/s")
     bar.close()
-    if (out / METRICS).exists():
+    Distributed.stop(world)
+    if is_main and (out / METRICS).exists():
         try:
             plot_runs([out], out / PLOT)
         except (OSError, ValueError) as e:  # a picture is not worth failing a finished run
@@ -300,7 +372,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         result = train(model_cfg, train_cfg, resume=args.resume, progress=not args.quiet)
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"error: {e}") from None
-    print(json.dumps(result))
+    if os.environ.get("RANK", "0") == "0":
+        print(json.dumps(result))
 
 
 if __name__ == "__main__":
