@@ -7,6 +7,9 @@ The extension compiles against the PyTorch already installed, so the build must 
 Environment:
     PYGPT_NATIVE_ARCH=0   build for the generic x86-64/ARM baseline instead of -march=native
                           (use it when the built package will run on another machine).
+    PYGPT_CUDA=0|1        leave out / force the CUDA kernels (default: built when torch is a
+                          CUDA build and the CUDA toolkit is found). TORCH_CUDA_ARCH_LIST picks
+                          the GPU architectures, e.g. "8.0;9.0".
 """
 import glob
 import os
@@ -21,27 +24,45 @@ INSTALL_HINT = (
 )
 
 try:
-    from torch.utils.cpp_extension import BuildExtension, CppExtension
+    import torch
+    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 except ImportError:
     sys.exit(INSTALL_HINT)
 
 
-def kernel_extension() -> CppExtension:
-    """The CPU build: framework-free kernels in csrc/cpu plus their torch bindings."""
-    sources = sorted(glob.glob("csrc/cpu/*.cpp") + glob.glob("csrc/bindings/*.cpp"))
-    # Keep in step with the kernel flags in CMakeLists.txt (-fno-trapping-math lets GCC vectorise
-    # the exp loops).
-    compile_args = ["-O3", "-g0", "-fopenmp", "-fno-trapping-math"]
+def build_cuda() -> bool:
+    """The CUDA kernels join the build when torch is a CUDA build and nvcc's toolkit is found;
+    PYGPT_CUDA=1 forces them (and fails clearly when that is impossible), PYGPT_CUDA=0 leaves
+    them out."""
+    wanted = os.environ.get("PYGPT_CUDA", "auto")
+    possible = torch.version.cuda is not None and CUDA_HOME is not None
+    if wanted == "1" and not possible:
+        sys.exit(f"PYGPT_CUDA=1, but the CUDA kernels cannot be built here: torch {torch.__version__} "
+                 f"is {'a CUDA' if torch.version.cuda else 'a CPU-only'} build and CUDA_HOME is "
+                 f"{CUDA_HOME or 'not found'}. Install a CUDA build of torch and the CUDA toolkit, "
+                 "or unset PYGPT_CUDA.")
+    if wanted not in ("auto", "0", "1"):
+        sys.exit(f"PYGPT_CUDA must be 0, 1 or unset, got {wanted!r}")
+    return possible if wanted == "auto" else wanted == "1"
+
+
+def kernel_extension():
+    """The framework-free kernels (csrc/cpu, and csrc/cuda in a CUDA build) plus their torch
+    bindings (csrc/bindings; the *_cuda.cpp ones only in a CUDA build)."""
+    cuda = build_cuda()
+    bindings = [f for f in glob.glob("csrc/bindings/*.cpp") if cuda or not f.endswith("_cuda.cpp")]
+    sources = sorted(glob.glob("csrc/cpu/*.cpp") + bindings)
+    # Keep in step with the kernel flags in CMakeLists.txt.
+    cxx_args = ["-O3", "-g0", "-fopenmp"]
     if os.environ.get("PYGPT_NATIVE_ARCH", "1") != "0":
-        compile_args.append("-march=native")
-    return CppExtension(
-        name="pygpt._C",
-        sources=sources,
-        include_dirs=[os.path.abspath("csrc")],
-        extra_compile_args=compile_args,
-        extra_link_args=["-fopenmp"],
-        py_limited_api=True,
-    )
+        cxx_args.append("-march=native")
+    common = dict(name="pygpt._C", include_dirs=[os.path.abspath("csrc")],
+                  extra_link_args=["-fopenmp"], py_limited_api=True)
+    if not cuda:
+        return CppExtension(sources=sources, extra_compile_args=cxx_args, **common)
+    return CUDAExtension(sources=sources + sorted(glob.glob("csrc/cuda/*.cu")),
+                         extra_compile_args={"cxx": cxx_args, "nvcc": ["-O3", "-std=c++17"]},
+                         **common)
 
 
 setup(

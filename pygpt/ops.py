@@ -46,6 +46,11 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
     return loss
 
 
+def _stats_dtype(t: torch.Tensor) -> torch.dtype:
+    """Statistics (lse, mean, rstd) stay float32 for half-precision inputs (the CUDA kernels)."""
+    return torch.float32 if t.dtype in (torch.bfloat16, torch.float16) else t.dtype
+
+
 def _check_same_device(op: str, **tensors: Optional[torch.Tensor]) -> None:
     """A fake implementation also runs for real calls that mix in a meta tensor; refuse those as
     the kernels do, instead of returning uninitialised outputs."""
@@ -63,7 +68,7 @@ def _check_same_device(op: str, **tensors: Optional[torch.Tensor]) -> None:
 def _attention_fake(q, k, v, causal=True, scale=None):
     _check_same_device("pygpt.attention", q=q, k=k, v=v)
     B, H, Tq, _ = q.shape
-    return q.new_empty((B, H, Tq, v.shape[-1])), q.new_empty((B, H, Tq))
+    return q.new_empty((B, H, Tq, v.shape[-1])), q.new_empty((B, H, Tq), dtype=_stats_dtype(q))
 
 
 @torch.library.register_fake("pygpt::attention_backward")
@@ -97,7 +102,7 @@ torch.library.register_autograd("pygpt::attention", _attention_backward,
 @torch.library.register_fake("pygpt::layer_norm")
 def _layer_norm_fake(x, weight=None, bias=None, eps=1e-5):
     _check_same_device("pygpt.layer_norm", x=x, weight=weight, bias=bias)
-    stats = x.new_empty(x.shape[:-1])
+    stats = x.new_empty(x.shape[:-1], dtype=_stats_dtype(x))
     return torch.empty_like(x), stats, torch.empty_like(stats)
 
 
@@ -136,7 +141,7 @@ torch.library.register_autograd("pygpt::layer_norm", _layer_norm_backward,
 @torch.library.register_fake("pygpt::cross_entropy")
 def _cross_entropy_fake(logits, targets, ignore_index=-100):
     _check_same_device("pygpt.cross_entropy", logits=logits, targets=targets)
-    return logits.new_empty(()), logits.new_empty(logits.shape[:1])
+    return logits.new_empty(()), logits.new_empty(logits.shape[:1], dtype=_stats_dtype(logits))
 
 
 @torch.library.register_fake("pygpt::cross_entropy_backward")

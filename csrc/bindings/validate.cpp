@@ -13,6 +13,13 @@ void check_cpu_float(const at::Tensor& t, const char* op, const char* name) {
               " must be float32 or float64, got ", t.scalar_type());
 }
 
+void check_cuda_float(const at::Tensor& t, const char* op, const char* name) {
+  TORCH_CHECK(t.device().is_cuda(), op, ": ", name, " must be a CUDA tensor, got device ",
+              t.device());
+  TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16, op, ": ", name,
+              " must be float32 or bfloat16 on CUDA, got ", t.scalar_type());
+}
+
 void check_matches(const at::Tensor& t, const char* name, const at::Tensor& ref,
                    const char* ref_name, const char* op) {
   TORCH_CHECK(t.device() == ref.device(), op, ": ", name, " is on ", t.device(), " but ", ref_name,

@@ -13,6 +13,9 @@ namespace pygpt {
 // t is float32 or float64 (the dtypes the CPU kernels implement).
 void check_cpu_float(const at::Tensor& t, const char* op, const char* name);
 
+// t is a CUDA tensor of float32 or bfloat16 (the dtypes the CUDA kernels implement).
+void check_cuda_float(const at::Tensor& t, const char* op, const char* name);
+
 // t has the dtype and device of ref.
 void check_matches(const at::Tensor& t, const char* name, const at::Tensor& ref,
                    const char* ref_name, const char* op);

@@ -1,0 +1,71 @@
+// CUDA binding of pygpt.attention: the CPU binding's checks, contiguous inputs, outputs
+// allocated here, kernels enqueued on the current stream. lse is float32 on CUDA.
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "bindings/cuda_utils.h"
+#include "bindings/validate.h"
+#include "cuda/attention.h"
+
+namespace pygpt {
+namespace {
+
+cpu::AttentionShape checked_shape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  bool causal, std::optional<double> scale, const char* op) {
+  check_cuda_float(q, op, "q");
+  const cpu::AttentionShape s = attention_shape(q, k, v, causal, scale);
+  TORCH_CHECK(s.Dk <= cuda::kMaxHeadDim && s.Dv <= cuda::kMaxHeadDim, op,
+              ": head dims up to ", cuda::kMaxHeadDim, " on CUDA, got Dk=", s.Dk, " Dv=", s.Dv);
+  return s;
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k,
+                                                  const at::Tensor& v, bool causal,
+                                                  std::optional<double> scale) {
+  const cpu::AttentionShape s = checked_shape(q, k, v, causal, scale, "pygpt.attention");
+  const c10::cuda::CUDAGuard guard(q.device());
+  const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  at::Tensor out = at::empty({s.B, s.H, s.Tq, s.Dv}, q.options());
+  at::Tensor lse = at::empty({s.B, s.H, s.Tq}, q.options().dtype(at::kFloat));
+  C10_CUDA_CHECK(cuda::attention_forward(s, cuda_dtype(q), qc.const_data_ptr(), kc.const_data_ptr(),
+                                         vc.const_data_ptr(), out.data_ptr(),
+                                         lse.data_ptr<float>(), current_stream()));
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
+    const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, bool causal, std::optional<double> scale) {
+  const char* op = "pygpt.attention_backward";
+  const cpu::AttentionShape s = checked_shape(q, k, v, causal, scale, op);
+  check_matches(grad_out, "grad_out", q, "q", op);
+  check_matches(out, "out", q, "q", op);
+  TORCH_CHECK(lse.device() == q.device() && lse.scalar_type() == at::kFloat, op,
+              ": lse must be a float32 tensor on ", q.device());
+  const std::vector<int64_t> out_shape{s.B, s.H, s.Tq, s.Dv};
+  TORCH_CHECK(out.sizes() == out_shape && grad_out.sizes() == out_shape, op,
+              ": out and grad_out must have shape ", at::IntArrayRef(out_shape));
+  TORCH_CHECK(lse.sizes() == at::IntArrayRef({s.B, s.H, s.Tq}), op, ": lse must have shape (",
+              s.B, ", ", s.H, ", ", s.Tq, "), got ", lse.sizes());
+  const c10::cuda::CUDAGuard guard(q.device());
+  const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  const at::Tensor oc = out.contiguous(), gc = grad_out.contiguous(), lc = lse.contiguous();
+  at::Tensor dq = at::empty({s.B, s.H, s.Tq, s.Dk}, q.options());
+  at::Tensor dk = at::empty({s.B, s.H, s.Tk, s.Dk}, q.options());
+  at::Tensor dv = at::empty({s.B, s.H, s.Tk, s.Dv}, q.options());
+  at::Tensor scratch = workspace(cuda::attention_backward_workspace_bytes(s), q);
+  C10_CUDA_CHECK(cuda::attention_backward(
+      s, cuda_dtype(q), qc.const_data_ptr(), kc.const_data_ptr(), vc.const_data_ptr(),
+      oc.const_data_ptr(), gc.const_data_ptr(), lc.const_data_ptr<float>(), dq.data_ptr(),
+      dk.data_ptr(), dv.data_ptr(), scratch.data_ptr(), current_stream()));
+  return {dq, dk, dv};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pygpt, CUDA, m) {
+  m.impl("attention", &attention_cuda);
+  m.impl("attention_backward", &attention_backward_cuda);
+}
+
+}  // namespace pygpt

@@ -1,0 +1,80 @@
+// CUDA binding of pygpt.cross_entropy and its backward. Targets are checked on the device (one
+// synchronisation for the error, as the CPU op's check); the loss reduction and the gradient's
+// scale stay on the device. lse is float32 on CUDA; the loss has the logits' dtype.
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "bindings/cuda_utils.h"
+#include "bindings/validate.h"
+#include "cuda/cross_entropy.h"
+
+namespace pygpt {
+namespace {
+
+void check_targets(const at::Tensor& targets, int64_t V, int64_t ignore_index, const char* op) {
+  const at::Tensor bad = ((targets < 0) | (targets >= V)) & (targets != ignore_index);
+  if (bad.any().item<bool>()) {
+    const int64_t i = bad.nonzero()[0][0].item<int64_t>();
+    TORCH_CHECK_VALUE(false, op, ": targets[", i, "] = ", targets[i].item<int64_t>(),
+                      " is out of range: expected a class in [0, ", V, ") or ignore_index (",
+                      ignore_index, ")");
+  }
+}
+
+at::Tensor unit_column_stride(const at::Tensor& logits) {
+  return logits.stride(1) == 1 ? logits : logits.contiguous();
+}
+
+std::tuple<at::Tensor, at::Tensor> cross_entropy_cuda(const at::Tensor& logits_in,
+                                                      const at::Tensor& targets_in,
+                                                      int64_t ignore_index) {
+  const char* op = "pygpt.cross_entropy";
+  check_cuda_float(logits_in, op, "logits");
+  check_cross_entropy_args(logits_in, targets_in, op);
+  const c10::cuda::CUDAGuard guard(logits_in.device());
+  const at::Tensor logits = unit_column_stride(logits_in), targets = targets_in.contiguous();
+  const int64_t N = logits.size(0), V = logits.size(1);
+  check_targets(targets, V, ignore_index, op);
+  at::Tensor lse = at::empty({N}, logits.options().dtype(at::kFloat));
+  at::Tensor loss = at::empty({}, logits.options().dtype(at::kFloat));
+  at::Tensor scratch = workspace(cuda::cross_entropy_workspace_bytes(N), logits);
+  C10_CUDA_CHECK(cuda::cross_entropy_forward(
+      cuda_dtype(logits), logits.const_data_ptr(), logits.stride(0),
+      targets.const_data_ptr<int64_t>(), N, V, ignore_index, lse.data_ptr<float>(),
+      loss.data_ptr<float>(), scratch.data_ptr(), current_stream()));
+  return {loss.to(logits.scalar_type()), lse};
+}
+
+at::Tensor cross_entropy_backward_cuda(const at::Tensor& grad_loss, const at::Tensor& logits_in,
+                                       const at::Tensor& targets_in, const at::Tensor& lse,
+                                       int64_t ignore_index) {
+  const char* op = "pygpt.cross_entropy_backward";
+  check_cuda_float(logits_in, op, "logits");
+  check_cross_entropy_args(logits_in, targets_in, op);
+  check_matches(grad_loss, "grad_loss", logits_in, "logits", op);
+  TORCH_CHECK(grad_loss.numel() == 1, op, ": grad_loss must hold one value, got shape ",
+              grad_loss.sizes());
+  TORCH_CHECK(lse.device() == logits_in.device() && lse.scalar_type() == at::kFloat &&
+                  lse.dim() == 1 && lse.size(0) == logits_in.size(0),
+              op, ": lse must be a float32 tensor of shape (", logits_in.size(0), ",)");
+  const c10::cuda::CUDAGuard guard(logits_in.device());
+  const at::Tensor logits = unit_column_stride(logits_in), targets = targets_in.contiguous();
+  const at::Tensor grad = grad_loss.to(at::kFloat).contiguous(), lse_c = lse.contiguous();
+  const int64_t N = logits.size(0), V = logits.size(1);
+  at::Tensor grad_logits = at::empty({N, V}, logits.options());
+  at::Tensor scratch = workspace(cuda::cross_entropy_workspace_bytes(N), logits);
+  C10_CUDA_CHECK(cuda::cross_entropy_backward(
+      cuda_dtype(logits), logits.const_data_ptr(), logits.stride(0),
+      targets.const_data_ptr<int64_t>(), lse_c.const_data_ptr<float>(), grad.const_data_ptr<float>(),
+      N, V, ignore_index, grad_logits.data_ptr(), scratch.data_ptr(), current_stream()));
+  return grad_logits;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pygpt, CUDA, m) {
+  m.impl("cross_entropy", &cross_entropy_cuda);
+  m.impl("cross_entropy_backward", &cross_entropy_backward_cuda);
+}
+
+}  // namespace pygpt

@@ -1,0 +1,141 @@
+"""The CUDA kernels against the CPU ops as the oracle: every op forward and backward over the CPU
+tests' shape families, in float32 (tight) and bfloat16 (loose: inputs are rounded to bfloat16
+for both sides, the CUDA side accumulates in float32 but stores bfloat16 results, so errors of a
+few bfloat16 ulps, ~1e-2 relative, are expected); opcheck on CUDA; and a short training run on
+the GPU whose loss curve follows the CPU run's. Skipped where no GPU is present."""
+import pytest
+import torch
+
+import pygpt.ops as ops
+from pygpt.config import ModelConfig, TrainConfig
+from pygpt.model import GPT
+from pygpt.train import make_optimizer
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.bfloat16: dict(atol=3e-2, rtol=3e-2)}
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def _pair(*shapes, dtype, scale=1.0):
+    """The same random inputs on the CPU (float32, from the dtype-rounded values) and on CUDA."""
+    cuda = [(torch.randn(*s) * scale).to(dtype).cuda().requires_grad_() for s in shapes]
+    cpu = [t.detach().float().cpu().requires_grad_() for t in cuda]
+    return cpu, cuda
+
+
+def _close(actual, expected, dtype, what):
+    torch.testing.assert_close(actual.float().cpu(), expected.float(), equal_nan=True,
+                               msg=lambda m: f"{what} ({dtype}): {m}", **TOL[dtype])
+
+
+# (B, H, Tq, Tk, Dk, Dv)
+ATTN_SHAPES = [(1, 1, 1, 1, 1, 1), (2, 3, 7, 7, 16, 16), (2, 2, 5, 13, 8, 8), (2, 2, 13, 5, 8, 8),
+               (1, 2, 33, 33, 7, 5), (3, 1, 65, 40, 12, 20), (1, 2, 70, 129, 128, 128),
+               (1, 1, 1, 2048, 64, 64), (2, 4, 1024, 1024, 64, 64), (1, 2, 100, 100, 96, 32)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape", ATTN_SHAPES, ids=str)
+def test_attention_matches_cpu(shape, causal, dtype):
+    B, H, Tq, Tk, Dk, Dv = shape
+    (q, k, v), (qc, kc, vc) = _pair((B, H, Tq, Dk), (B, H, Tk, Dk), (B, H, Tk, Dv), dtype=dtype)
+    out, lse = torch.ops.pygpt.attention(q, k, v, causal, None)
+    out_c, lse_c = torch.ops.pygpt.attention(qc, kc, vc, causal, None)
+    assert out_c.dtype == dtype and lse_c.dtype == torch.float32
+    _close(out_c, out, dtype, "out")
+    _close(lse_c, lse, torch.float32 if dtype == torch.float32 else dtype, "lse")
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    out_c.backward(grad.to(dtype).cuda())
+    for name, a, b in (("dq", qc, q), ("dk", kc, k), ("dv", vc, v)):
+        _close(a.grad, b.grad, dtype, name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (768, 128), (64, 4096), (5, 3, 127)], ids=str)
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_matches_cpu(shape, affine, dtype):
+    C = shape[-1]
+    (x, w, b), (xc, wc, bc) = _pair(shape, (C,), (C,), dtype=dtype)
+    if not affine:
+        w = b = wc = bc = None
+    y = ops.layer_norm(x, w, b)
+    yc = ops.layer_norm(xc, wc, bc)
+    _close(yc, y, dtype, "y")
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    yc.backward(grad.to(dtype).cuda())
+    _close(xc.grad, x.grad, dtype, "dx")
+    if affine:
+        scale = max(1.0, x.shape[0] ** 0.5)  # weight/bias gradients are sums over rows
+        torch.testing.assert_close(wc.grad.float().cpu(), w.grad, atol=TOL[dtype]["atol"] * scale,
+                                   rtol=TOL[dtype]["rtol"])
+        torch.testing.assert_close(bc.grad.float().cpu(), b.grad, atol=TOL[dtype]["atol"] * scale,
+                                   rtol=TOL[dtype]["rtol"])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("N, V", [(1, 1), (7, 3), (3072, 65), (64, 50257), (8, 131072)], ids=str)
+@pytest.mark.parametrize("ignored", ["none", "some", "all"])
+def test_cross_entropy_matches_cpu(N, V, ignored, dtype):
+    (logits,), (logits_c,) = _pair((N, V), dtype=dtype, scale=3.0)
+    targets = torch.randint(V, (N,))
+    if ignored == "some":
+        targets[::3] = -100
+    elif ignored == "all":
+        targets[:] = -100
+    loss = ops.cross_entropy(logits, targets)
+    loss_c = ops.cross_entropy(logits_c, targets.cuda())
+    assert loss_c.dtype == dtype
+    _close(loss_c, loss, dtype, "loss")
+    loss.backward()
+    loss_c.backward()
+    _close(logits_c.grad, logits.grad, dtype, "grad_logits")
+
+
+def test_bad_input_on_cuda():
+    q = torch.randn(1, 1, 4, 8, device="cuda")
+    with pytest.raises(RuntimeError, match="q must be float32 or bfloat16 on CUDA"):
+        ops.attention(q.half(), q.half(), q.half())
+    with pytest.raises(RuntimeError, match="head dims up to 128"):
+        big = torch.randn(1, 1, 4, 130, device="cuda")
+        ops.attention(big, big, big)
+    with pytest.raises(RuntimeError, match=r"\bk\b.*cpu|device"):
+        ops.attention(q, q.cpu(), q)
+    with pytest.raises(ValueError, match="out of range"):
+        ops.cross_entropy(torch.randn(3, 5, device="cuda"), torch.tensor([0, 5, 1], device="cuda"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_opcheck_on_cuda(dtype):
+    def t(*shape):
+        return torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=True)
+
+    torch.library.opcheck(torch.ops.pygpt.attention.default, (t(2, 2, 5, 16), t(2, 2, 9, 16),
+                                                              t(2, 2, 9, 8), True, None))
+    torch.library.opcheck(torch.ops.pygpt.layer_norm.default, (t(4, 33), t(33), t(33), 1e-5))
+    torch.library.opcheck(torch.ops.pygpt.cross_entropy.default,
+                          (t(6, 11), torch.randint(11, (6,), device="cuda"), -100))
+
+
+def test_training_on_gpu_follows_cpu():
+    cfg = ModelConfig(vocab_size=65, block_size=32, n_layer=2, n_head=2, n_embd=64)
+    train_cfg = TrainConfig(lr=1e-3, warmup_iters=5)
+    data = torch.randint(65, (8, 33), generator=torch.Generator().manual_seed(0))
+    losses = {}
+    for device in ("cpu", "cuda"):
+        torch.manual_seed(0)
+        model = GPT(cfg).to(device)
+        optimizer = make_optimizer(model, train_cfg)
+        curve = []
+        for _ in range(20):
+            loss = model(data[:, :-1].to(device), data[:, 1:].to(device)).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            curve.append(loss.item())
+        losses[device] = curve
+    assert losses["cuda"] == pytest.approx(losses["cpu"], abs=2e-3)
+    assert losses["cuda"][-1] < losses["cuda"][0] - 0.5
