@@ -38,11 +38,14 @@ def read_chunks(path: Optional[Union[str, Path]] = None) -> Iterator[str]:
         with open(path, "rb") as f:
             while True:
                 raw = f.read(CHUNK_BYTES)
+                held = decoder.getstate()[0]  # bytes of a character cut by the last chunk's end
                 try:
                     text = carry + decoder.decode(raw, final=not raw)
-                except UnicodeDecodeError as e:
-                    raise ValueError(f"{path} is not UTF-8 text (invalid byte 0x{raw[e.start]:02x} "
-                                     f"at offset {offset + e.start}); convert it to UTF-8 first") from None
+                except UnicodeDecodeError as e:  # e.start counts from the held bytes
+                    raise ValueError(f"{path} is not UTF-8 text (invalid byte "
+                                     f"0x{(held + raw)[e.start]:02x} at offset "
+                                     f"{offset - len(held) + e.start}); convert it to UTF-8 "
+                                     "first") from None
                 offset += len(raw)
                 if not raw:
                     break

@@ -75,7 +75,8 @@ def _attention_fake(q, k, v, causal=True, scale=None):
 def _attention_backward_fake(grad_out, q, k, v, out, lse, causal, scale):
     _check_same_device("pygpt.attention_backward", q=q, grad_out=grad_out, k=k, v=v, out=out,
                        lse=lse)
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    # The kernels return contiguous gradients whatever the inputs' strides.
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _attention_setup(ctx, inputs, output):
@@ -103,7 +104,7 @@ torch.library.register_autograd("pygpt::attention", _attention_backward,
 def _layer_norm_fake(x, weight=None, bias=None, eps=1e-5):
     _check_same_device("pygpt.layer_norm", x=x, weight=weight, bias=bias)
     stats = x.new_empty(x.shape[:-1], dtype=_stats_dtype(x))
-    return torch.empty_like(x), stats, torch.empty_like(stats)
+    return x.new_empty(x.shape), stats, torch.empty_like(stats)
 
 
 @torch.library.register_fake("pygpt::layer_norm_backward")
@@ -111,7 +112,7 @@ def _layer_norm_backward_fake(grad_y, x, weight, mean, rstd, weight_grad, bias_g
     _check_same_device("pygpt.layer_norm_backward", x=x, grad_y=grad_y, weight=weight, mean=mean,
                        rstd=rstd)
     C = x.shape[-1]
-    return (torch.empty_like(x), x.new_empty((C if weight_grad else 0,)),
+    return (x.new_empty(x.shape), x.new_empty((C if weight_grad else 0,)),
             x.new_empty((C if bias_grad else 0,)))
 
 

@@ -128,7 +128,10 @@ def tokenizer_from_json(text: str, source: str = "tokenizer") -> Tokenizer:
 
         try:
             return BPETokenizer(HFTokenizer.from_str(text))
-        except Exception as e:  # tokenizers raises its own exception type
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # tokenizers reports some damage as a Rust panic, which
+            # reaches Python as a BaseException (pyo3's PanicException)
             raise ValueError(f"{source} is not a valid BPE tokenizer: {e}") from None
     raise ValueError(f"{source}: unsupported tokenizer (expected kind 'char', or an HF BPE tokenizer)")
 

@@ -196,6 +196,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     # Rank 0 learns the tokenizer and writes the token cache; the others take both from it.
     tokenizer = make_tokenizer(model_cfg, cfg, resume) if is_main else None
     tokenizer = Distributed.share_tokenizer(tokenizer, world)
+    cfg = dataclasses.replace(cfg, tokenizer=tokenizer.kind)  # what the run really uses
     token_file = TokenFile.load(cfg.data, tokenizer) if is_main else None
     Distributed.barrier(world)
     token_file = token_file or TokenFile.load(cfg.data, tokenizer)
@@ -337,7 +338,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
     base = preset(args.preset)
     train_cfg = dataclasses.replace(base.train, **train_flags)
     if train_cfg.init_from is not None:
-        return _fine_tune_model(train_cfg, model_flags, out), train_cfg
+        return _fine_tune_model(train_cfg, model_flags, out, train_flags), train_cfg
     if "vocab_size" in model_flags and train_cfg.tokenizer == "char":
         raise SystemExit("--vocab-size sets the size of a BPE vocabulary (--tokenizer bpe); a char "
                          "tokenizer takes its vocabulary from the text")
@@ -346,12 +347,15 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
     return dataclasses.replace(base.model, **model_flags), train_cfg
 
 
-def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any], out: Path) -> ModelConfig:
+def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any], out: Path,
+                     overrides_given: dict[str, Any]) -> ModelConfig:
     """The source checkpoint's model; only dropout may change for fine-tuning."""
     source = Path(train_cfg.init_from)
     if source.resolve() == out.resolve():
         raise SystemExit("--init-from and --out must differ: the source checkpoint is never "
                          "modified; fine-tuning writes its own folder")
+    if "tokenizer" in overrides_given:
+        raise SystemExit("--init-from keeps the source's tokenizer; --tokenizer cannot change it")
     changed = sorted(set(model_flags) - {"dropout"})
     if changed:
         raise SystemExit("--init-from keeps the source model's shape; these flags cannot change "
