@@ -122,7 +122,10 @@ def tokenizer_from_json(text: str, source: str = "tokenizer") -> Tokenizer:
     except json.JSONDecodeError as e:
         raise ValueError(f"{source} is not a valid tokenizer file: {e}") from None
     if isinstance(spec, dict) and spec.get("kind") == "char" and "chars" in spec:
-        return CharTokenizer(spec["chars"])
+        try:
+            return CharTokenizer(spec["chars"])
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{source} is not a valid char tokenizer: {e}") from None
     if isinstance(spec, dict) and isinstance(spec.get("model"), dict) and spec["model"].get("type") == "BPE":
         from tokenizers import Tokenizer as HFTokenizer
 

@@ -332,13 +332,17 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
         # The folder being resumed is where the run continues, wherever it was first written.
         train_flags.setdefault("out", str(out))
         return model_cfg, dataclasses.replace(saved_train, **train_flags)
+    init_from = train_flags.get("init_from")
+    if init_from is not None and Path(init_from).resolve() == out.resolve():
+        raise SystemExit("--init-from and --out must differ: the source checkpoint is never "
+                         "modified; fine-tuning writes its own folder")
     if (out / checkpoint.WEIGHTS).exists() and not args.overwrite:
         raise SystemExit(f"{out} already holds a checkpoint; pass --resume to continue it, "
                          "--overwrite to start over, or --out to train elsewhere")
     base = preset(args.preset)
     train_cfg = dataclasses.replace(base.train, **train_flags)
     if train_cfg.init_from is not None:
-        return _fine_tune_model(train_cfg, model_flags, out, train_flags), train_cfg
+        return _fine_tune_model(train_cfg, model_flags, train_flags), train_cfg
     if "vocab_size" in model_flags and train_cfg.tokenizer == "char":
         raise SystemExit("--vocab-size sets the size of a BPE vocabulary (--tokenizer bpe); a char "
                          "tokenizer takes its vocabulary from the text")
@@ -347,13 +351,10 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
     return dataclasses.replace(base.model, **model_flags), train_cfg
 
 
-def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any], out: Path,
+def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any],
                      overrides_given: dict[str, Any]) -> ModelConfig:
     """The source checkpoint's model; only dropout may change for fine-tuning."""
     source = Path(train_cfg.init_from)
-    if source.resolve() == out.resolve():
-        raise SystemExit("--init-from and --out must differ: the source checkpoint is never "
-                         "modified; fine-tuning writes its own folder")
     if "tokenizer" in overrides_given:
         raise SystemExit("--init-from keeps the source's tokenizer; --tokenizer cannot change it")
     changed = sorted(set(model_flags) - {"dropout"})
