@@ -12,6 +12,7 @@ Environment:
                           the GPU architectures, e.g. "8.0;9.0".
 """
 import glob
+import importlib.util
 import os
 import sys
 
@@ -46,6 +47,17 @@ def build_cuda() -> bool:
     return possible if wanted == "auto" else wanted == "1"
 
 
+def pip_cuda_include_dirs() -> list:
+    """Headers of the CUDA libraries that torch's pip wheels install (site-packages/nvidia/*/
+    include): ATen's CUDA headers include cuBLAS and cuSPARSE ones, which a minimal CUDA toolkit
+    may lack."""
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return sorted(d for root in spec.submodule_search_locations
+                  for d in glob.glob(os.path.join(root, "*", "include")))
+
+
 def kernel_extension():
     """The framework-free kernels (csrc/cpu, and csrc/cuda in a CUDA build) plus their torch
     bindings (csrc/bindings; the *_cuda.cpp ones only in a CUDA build)."""
@@ -60,9 +72,9 @@ def kernel_extension():
                   extra_link_args=["-fopenmp"], py_limited_api=True)
     if not cuda:
         return CppExtension(sources=sources, extra_compile_args=cxx_args, **common)
+    common["include_dirs"] += pip_cuda_include_dirs()
     return CUDAExtension(sources=sources + sorted(glob.glob("csrc/cuda/*.cu")),
-                         extra_compile_args={"cxx": cxx_args, "nvcc": ["-O3", "-std=c++17"]},
-                         **common)
+                         extra_compile_args={"cxx": cxx_args, "nvcc": ["-O3"]}, **common)
 
 
 setup(

@@ -1,7 +1,7 @@
 // CUDA binding of pygpt.cross_entropy and its backward. Targets are checked on the device (one
 // synchronisation for the error, as the CPU op's check); the loss reduction and the gradient's
 // scale stay on the device. lse is float32 on CUDA; the loss has the logits' dtype.
-#include <ATen/ops/empty.h>
+#include <ATen/ATen.h>  // tensor comparison operators for the target check
 #include <torch/library.h>
 
 #include "bindings/cuda_utils.h"

@@ -1,0 +1,156 @@
+// Device helpers shared by the row-wise CUDA kernels (layer norm, cross-entropy): element
+// conversion, 16-byte vector loads and stores, and deterministic warp / thread-group reductions.
+// Framework-free: cuda_runtime.h and cuda_bf16.h only. Internal to csrc/cuda/*.cu.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common.h"
+
+namespace pygpt::cuda::detail {
+
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Storage types: float for kFloat32, the raw bits (uint16_t) for kBFloat16, so that every
+// element type is trivially copyable and the arithmetic is always float32.
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);  // exact
+}
+
+template <typename S>
+__device__ __forceinline__ S from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ uint16_t from_float<uint16_t>(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));  // round to nearest even, NaN kept
+}
+
+// Elements of S in one 16-byte vector.
+template <typename S>
+constexpr int kVec16 = static_cast<int>(16 / sizeof(S));
+
+// N consecutive elements of S as floats. With sizeof(S) * N == 16 this is one 16-byte access
+// (ld.global.v4 / st.global.v4) and p must be a 16-byte aligned pointer to global memory;
+// otherwise N scalar accesses. bf16 pairs share a 32-bit word little-endian: element 2k in the
+// low half.
+template <int N, typename S>
+__device__ __forceinline__ void load_pack(const S* p, float (&out)[N]) {
+  if constexpr (sizeof(S) * N == 16) {
+    const uint4 w = *reinterpret_cast<const uint4*>(p);
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (std::is_same_v<S, float>) {
+        out[k] = __uint_as_float(words[k]);
+      } else {
+        out[2 * k] = __uint_as_float(words[k] << 16);
+        out[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = to_float(p[k]);
+  }
+}
+
+template <int N, typename S>
+__device__ __forceinline__ void store_pack(S* p, const float (&in)[N]) {
+  if constexpr (sizeof(S) * N == 16) {
+    uint32_t words[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (std::is_same_v<S, float>) {
+        words[k] = __float_as_uint(in[k]);
+      } else {
+        words[k] = static_cast<uint32_t>(from_float<S>(in[2 * k])) |
+                   static_cast<uint32_t>(from_float<S>(in[2 * k + 1])) << 16;
+      }
+    }
+    // __stwb is st.global.wb.v4 (the default write-back policy): a plain uint4 assignment is
+    // sometimes split into four 4-byte stores by nvcc 13 when the address carries a 64-bit row
+    // offset computed in an enclosing loop.
+    __stwb(reinterpret_cast<uint4*>(p), make_uint4(words[0], words[1], words[2], words[3]));
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) p[k] = from_float<S>(in[k]);
+  }
+}
+
+inline bool is_aligned(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+struct SumOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return a + b;
+  }
+  __device__ __forceinline__ float2 operator()(float2 a, float2 b) const {
+    return make_float2(a.x + b.x, a.y + b.y);
+  }
+};
+
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+__device__ __forceinline__ float shfl_xor(float v, int m) {
+  return __shfl_xor_sync(kFullMask, v, m);
+}
+__device__ __forceinline__ double shfl_xor(double v, int m) {
+  return __shfl_xor_sync(kFullMask, v, m);
+}
+__device__ __forceinline__ long long shfl_xor(long long v, int m) {
+  return __shfl_xor_sync(kFullMask, v, m);
+}
+__device__ __forceinline__ float2 shfl_xor(float2 v, int m) {
+  return make_float2(__shfl_xor_sync(kFullMask, v.x, m), __shfl_xor_sync(kFullMask, v.y, m));
+}
+
+// Butterfly reduction over the whole warp (all 32 lanes must call it). Every lane ends with the
+// same bits: at each level the two partners combine the same pair of values with a commutative op.
+template <typename T, typename Op>
+__device__ __forceinline__ T warp_allreduce(T v, Op op) {
+#pragma unroll
+  for (int m = kWarpSize / 2; m > 0; m /= 2) v = op(v, shfl_xor(v, m));
+  return v;
+}
+
+// Reduces v over each group of `group` consecutive threads of the block, where group is 32 or a
+// multiple of 32 dividing blockDim.x. Every thread of a group gets the group's result, the same
+// bits for all (the warps' results are folded left to right in a fixed order): deterministic.
+// When group > 32 it synchronises the block, so every thread of the block must call it (with the
+// same group). smem: blockDim.x / 32 entries of T, reused by consecutive calls.
+template <typename T, typename Op>
+__device__ __forceinline__ T group_allreduce(T v, Op op, int group, T* smem) {
+  v = warp_allreduce(v, op);
+  if (group == kWarpSize) return v;
+  __syncthreads();  // the previous call's readers are done with smem
+  if ((threadIdx.x & (kWarpSize - 1)) == 0) smem[threadIdx.x / kWarpSize] = v;
+  __syncthreads();
+  const int warps = group / kWarpSize;
+  const int first = static_cast<int>(threadIdx.x) / group * warps;
+  T acc = smem[first];
+  for (int w = 1; w < warps; ++w) acc = op(acc, smem[first + w]);
+  return acc;
+}
+
+// Smallest power of two >= n, at least lo and at most hi.
+inline int pow2_at_least(int64_t n, int lo, int hi) {
+  int p = lo;
+  while (p < hi && p < n) p *= 2;
+  return p;
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace pygpt::cuda::detail

@@ -1,0 +1,152 @@
+// Support shared by the native CUDA kernel tests: the ctest skip code when there is no device,
+// a checked device buffer, and host-side bfloat16 rounding (round to nearest even, as the
+// kernels' __float2bfloat16_rn does).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace pygpt::test {
+
+// ctest treats this exit code as "skipped" (SKIP_RETURN_CODE 77).
+constexpr int kSkipExitCode = 77;
+
+// Extra bytes allocated with every test buffer, so that a tensor can start up to kPad bytes into
+// it (misaligned pointers); tests check their shift is below kPad.
+constexpr size_t kPad = 64;
+
+// True when a CUDA device can be used; prints why not otherwise.
+inline bool cuda_device_available() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    std::printf("no usable CUDA device (%s): skipped\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "device count is 0");
+    return false;
+  }
+  return true;
+}
+
+// Aborts the test program on a CUDA API error (a broken device is not a test result).
+#define PYGPT_CUDA_CHECK(expr)                                                                  \
+  do {                                                                                          \
+    const cudaError_t pygpt_err_ = (expr);                                                      \
+    if (pygpt_err_ != cudaSuccess) {                                                            \
+      std::printf("%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,                          \
+                  cudaGetErrorString(pygpt_err_));                                              \
+      std::exit(2);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+inline uint16_t float_to_bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if (std::isnan(f)) return static_cast<uint16_t>((u >> 16) | 0x40);  // keep it a quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                                    // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float bf16_bits_to_float(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+inline float round_to_bf16(float f) { return bf16_bits_to_float(float_to_bf16_bits(f)); }
+
+// `bytes` of device memory, NaN-filled (0xff bytes) so that unwritten outputs show; get() takes a
+// byte offset, so that tests can hand kernels pointers that are not 16-byte aligned.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    PYGPT_CUDA_CHECK(cudaMalloc(&ptr_, bytes_ > 0 ? bytes_ : 1));
+    PYGPT_CUDA_CHECK(cudaMemset(ptr_, 0xff, bytes_ > 0 ? bytes_ : 1));  // NaN-filled
+  }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  template <typename T = void>
+  T* get(size_t byte_offset = 0) const {
+    return reinterpret_cast<T*>(static_cast<char*>(ptr_) + byte_offset);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+};
+
+inline void upload(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) PYGPT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+inline void download(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) PYGPT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+// Element storage of one test dtype: float, or bfloat16 kept as bits.
+struct HostTensor {
+  bool bf16;
+  std::vector<float> values;  // what the kernel sees, as floats (already bf16-rounded if bf16)
+
+  size_t element_bytes() const { return bf16 ? 2 : 4; }
+  size_t bytes() const { return values.size() * element_bytes(); }
+
+  // The raw bytes to upload.
+  std::vector<unsigned char> raw() const {
+    std::vector<unsigned char> out(bytes());
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (bf16) {
+        const uint16_t b = float_to_bf16_bits(values[i]);
+        std::memcpy(&out[2 * i], &b, 2);
+      } else {
+        std::memcpy(&out[4 * i], &values[i], 4);
+      }
+    }
+    return out;
+  }
+};
+
+// Rounds v to the tensor dtype (bf16 or float) in place; returns it.
+inline std::vector<float> rounded(std::vector<float> v, bool bf16) {
+  if (bf16) {
+    for (float& e : v) e = round_to_bf16(e);
+  }
+  return v;
+}
+
+// Downloads n elements of the given dtype from device memory as floats.
+inline std::vector<float> download_values(const void* src, size_t n, bool bf16) {
+  std::vector<float> out(n);
+  if (bf16) {
+    std::vector<uint16_t> bits(n);
+    download(bits.data(), src, n * 2);
+    for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(bits[i]);
+  } else {
+    download(out.data(), src, n * 4);
+  }
+  return out;
+}
+
+// Uploads float values (already representable in the dtype) as the dtype's bytes.
+inline void upload_values(void* dst, const std::vector<float>& v, bool bf16) {
+  const HostTensor t{bf16, v};
+  const std::vector<unsigned char> raw = t.raw();
+  upload(dst, raw.data(), raw.size());
+}
+
+// Bitwise equality of two downloaded results (NaN payloads included).
+inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+}  // namespace pygpt::test

@@ -1,0 +1,350 @@
+// Tests the CUDA flash-attention kernels (csrc/cuda/attention.h) against the CPU kernels
+// (csrc/cpu/attention.h) run in double on the same inputs: out, lse, dq, dk, dv in float32 and
+// bfloat16 over causal and full attention, lengths 1 and odd, Tq != Tk both ways (rows that see
+// no key included), Dk != Dv, head dims 1 to 128, a long case, empty sizes, more than 65535
+// blocks, pointers that are only element-aligned, and the rejected head dim. Outputs and the
+// workspace start NaN-filled, so anything the kernels leave unwritten (or read) shows. Exits
+// with 77 (ctest's skip code) when there is no GPU.
+//
+// Inputs are rounded to the dtype on the host first, so the double reference and the kernel see
+// the same values. Tolerances (|got - ref| <= tol * max|ref| + tol * |ref|):
+//   float32: 1e-4 (float32 accumulation against double);
+//   bfloat16: 2e-2 for out, dq, dk, dv (each result is rounded to bfloat16, a relative step of
+//     2^-8, on top of float32 accumulation); lse is float32 in both dtypes, so 1e-4.
+// The backward is checked twice: once fed the reference out (rounded to the dtype) and lse
+// (rounded to float32), exactly the values the reference backward gets, and once fed the GPU
+// forward's own out and lse, as training does.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../test_support.h"
+#include "cpu/attention.h"
+#include "cuda/attention.h"
+
+namespace {
+
+using namespace pygpt::test;
+using pygpt::cpu::AttentionShape;
+using pygpt::cpu::View4;
+using pygpt::cuda::DType;
+
+// Aborts on a CUDA runtime failure outside the calls under test (allocation, copies).
+void cuda_check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    std::printf("CUDA error in %s: %s\n", what, cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+
+// float -> bfloat16 bits, round to nearest even (NaN stays NaN).
+uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float bf16_value(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+size_t element_size(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+
+const char* dtype_name(DType dtype) { return dtype == DType::kFloat32 ? "float32" : "bfloat16"; }
+
+// Values as the kernel sees them: the bytes in the dtype and the same values in double.
+struct HostTensor {
+  std::vector<unsigned char> bytes;
+  std::vector<double> values;
+};
+
+HostTensor encode(const std::vector<double>& x, DType dtype) {
+  HostTensor t;
+  t.bytes.resize(x.size() * element_size(dtype));
+  t.values.resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float f = static_cast<float>(x[i]);
+    if (dtype == DType::kFloat32) {
+      std::memcpy(&t.bytes[4 * i], &f, 4);
+      t.values[i] = f;
+    } else {
+      const uint16_t b = bf16_bits(f);
+      std::memcpy(&t.bytes[2 * i], &b, 2);
+      t.values[i] = bf16_value(b);
+    }
+  }
+  return t;
+}
+
+std::vector<double> decode(const std::vector<unsigned char>& bytes, DType dtype) {
+  const size_t n = bytes.size() / element_size(dtype);
+  std::vector<double> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (dtype == DType::kFloat32) {
+      float f;
+      std::memcpy(&f, &bytes[4 * i], 4);
+      x[i] = f;
+    } else {
+      uint16_t b;
+      std::memcpy(&b, &bytes[2 * i], 2);
+      x[i] = bf16_value(b);
+    }
+  }
+  return x;
+}
+
+// `bytes` of device memory starting `shift` bytes into an allocation (so tensors need not be
+// 16-byte aligned), filled with 0xff bytes: NaN in float32 and bfloat16, so anything left
+// unwritten shows. Never a null pointer, even when empty.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes, size_t shift = 0) : bytes_(bytes), shift_(shift) {
+    cuda_check(cudaMalloc(&base_, bytes + shift + 1), "cudaMalloc");
+    cuda_check(cudaMemset(base_, 0xff, bytes + shift + 1), "cudaMemset");
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(base_); }
+
+  void* get() const { return static_cast<char*>(base_) + shift_; }
+  float* as_float() const { return static_cast<float*>(get()); }
+
+  void upload(const void* src) {
+    if (bytes_ > 0) cuda_check(cudaMemcpy(get(), src, bytes_, cudaMemcpyHostToDevice), "upload");
+  }
+  std::vector<unsigned char> download() const {
+    std::vector<unsigned char> out(bytes_);
+    if (bytes_ > 0) {
+      cuda_check(cudaMemcpy(out.data(), get(), bytes_, cudaMemcpyDeviceToHost), "download");
+    }
+    return out;
+  }
+
+ private:
+  void* base_ = nullptr;
+  size_t bytes_, shift_;
+};
+
+std::vector<double> download_floats(const DeviceBuffer& buffer) {
+  const std::vector<unsigned char> bytes = buffer.download();
+  std::vector<double> x(bytes.size() / 4);
+  for (size_t i = 0; i < x.size(); ++i) {
+    float f;
+    std::memcpy(&f, &bytes[4 * i], 4);
+    x[i] = f;
+  }
+  return x;
+}
+
+View4<double> contiguous(const std::vector<double>& x, const AttentionShape& s, int64_t T,
+                         int64_t D) {
+  return {x.data(), s.H * T * D, T * D, D, 1};
+}
+
+struct Case {
+  int64_t B, H, Tq, Tk, Dk, Dv;
+  bool causal;
+  double scale;   // 0: 1 / sqrt(Dk)
+  double stddev;  // of q, k, v (and grad_out is standard normal)
+};
+
+std::string describe(const Case& c, DType dtype, bool shifted) {
+  return format("%s B=%ld H=%ld Tq=%ld Tk=%ld Dk=%ld Dv=%ld %s%s", dtype_name(dtype), (long)c.B,
+                (long)c.H, (long)c.Tq, (long)c.Tk, (long)c.Dk, (long)c.Dv,
+                c.causal ? "causal" : "full", shifted ? " shifted" : "");
+}
+
+void expect_near(const std::string& what, const std::vector<double>& got,
+                 const std::vector<double>& ref, double tol) {
+  expect_close(what, got, ref, tol * scale_of(ref), tol);
+}
+
+// The enqueued call's return code and the stream's completion, both cudaSuccess.
+bool expect_launch(const std::string& what, cudaError_t launched, cudaStream_t stream) {
+  const cudaError_t done = cudaStreamSynchronize(stream);
+  const bool ok = launched == cudaSuccess && done == cudaSuccess;
+  check(ok, format("%s: launch %s, sync %s", what.c_str(), cudaGetErrorString(launched),
+                   cudaGetErrorString(done)));
+  if (done != cudaSuccess) {  // a kernel fault leaves the context unusable
+    std::printf("aborting after a device error\n");
+    std::exit(1);
+  }
+  return ok;
+}
+
+// shifted: every tensor starts one element past a 16-byte boundary (lse and workspace 4 bytes).
+void run_case(const Case& c, DType dtype, uint64_t seed, cudaStream_t stream,
+              bool shifted = false) {
+  const std::string name = describe(c, dtype, shifted);
+  const size_t shift = shifted ? element_size(dtype) : 0, float_shift = shifted ? 4 : 0;
+  const AttentionShape s{c.B, c.H, c.Tq, c.Tk, c.Dk, c.Dv, c.causal,
+                         c.scale != 0.0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.Dk))};
+  const int64_t BH = s.B * s.H;
+  const double tol = dtype == DType::kFloat32 ? 1e-4 : 2e-2;
+  const double lse_tol = 1e-4;
+
+  Rng rng(seed);
+  const HostTensor q = encode(rng.normal_vector<double>(BH * s.Tq * s.Dk, 0.0, c.stddev), dtype);
+  const HostTensor k = encode(rng.normal_vector<double>(BH * s.Tk * s.Dk, 0.0, c.stddev), dtype);
+  const HostTensor v = encode(rng.normal_vector<double>(BH * s.Tk * s.Dv, 0.0, c.stddev), dtype);
+  const HostTensor dout = encode(rng.normal_vector<double>(BH * s.Tq * s.Dv), dtype);
+
+  // Reference forward in double.
+  std::vector<double> out_ref(BH * s.Tq * s.Dv), lse_ref(BH * s.Tq);
+  pygpt::cpu::attention_forward<double>(
+      s, contiguous(q.values, s, s.Tq, s.Dk), contiguous(k.values, s, s.Tk, s.Dk),
+      contiguous(v.values, s, s.Tk, s.Dv), out_ref.data(), lse_ref.data(), 0,
+      pygpt::cpu::attention_forward_items(s));
+
+  // The backward's out and lse inputs, as the kernel gets them: out in dtype, lse in float32.
+  const HostTensor out_in = encode(out_ref, dtype);
+  std::vector<float> lse_in(lse_ref.size());
+  std::vector<double> lse_in_values(lse_ref.size());
+  for (size_t i = 0; i < lse_ref.size(); ++i) {
+    lse_in[i] = static_cast<float>(lse_ref[i]);  // -inf stays -inf
+    lse_in_values[i] = lse_in[i];
+  }
+  std::vector<double> dq_ref(BH * s.Tq * s.Dk), dk_ref(BH * s.Tk * s.Dk), dv_ref(BH * s.Tk * s.Dv);
+  pygpt::cpu::attention_backward<double>(
+      s, contiguous(q.values, s, s.Tq, s.Dk), contiguous(k.values, s, s.Tk, s.Dk),
+      contiguous(v.values, s, s.Tk, s.Dv), contiguous(out_in.values, s, s.Tq, s.Dv),
+      contiguous(dout.values, s, s.Tq, s.Dv), lse_in_values.data(), dq_ref.data(), dk_ref.data(),
+      dv_ref.data(), 0, pygpt::cpu::attention_backward_items(s));
+
+  DeviceBuffer q_d(q.bytes.size(), shift), k_d(k.bytes.size(), shift), v_d(v.bytes.size(), shift);
+  DeviceBuffer dout_d(dout.bytes.size(), shift), out_in_d(out_in.bytes.size(), shift);
+  DeviceBuffer lse_in_d(lse_in.size() * sizeof(float), float_shift);
+  q_d.upload(q.bytes.data());
+  k_d.upload(k.bytes.data());
+  v_d.upload(v.bytes.data());
+  dout_d.upload(dout.bytes.data());
+  out_in_d.upload(out_in.bytes.data());
+  lse_in_d.upload(lse_in.data());
+
+  // Forward.
+  DeviceBuffer out_d(out_in.bytes.size(), shift);
+  DeviceBuffer lse_d(lse_in.size() * sizeof(float), float_shift);
+  if (!expect_launch(name + " forward",
+                     pygpt::cuda::attention_forward(s, dtype, q_d.get(), k_d.get(), v_d.get(),
+                                                    out_d.get(), lse_d.as_float(), stream),
+                     stream)) {
+    return;
+  }
+  expect_near(name + " out", decode(out_d.download(), dtype), out_ref, tol);
+  expect_near(name + " lse", download_floats(lse_d), lse_ref, lse_tol);
+
+  // Backward, twice: from the reference's out and lse, and from the GPU forward's.
+  const size_t ws_bytes = pygpt::cuda::attention_backward_workspace_bytes(s);
+  check(ws_bytes >= static_cast<size_t>(BH * s.Tq * (s.Dk + 1)) * sizeof(float),
+        name + ": workspace too small for dQ and delta");
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool from_reference = pass == 0;
+    const std::string what = name + (from_reference ? " backward" : " backward(gpu out)");
+    DeviceBuffer dq_d(BH * s.Tq * s.Dk * element_size(dtype), shift);
+    DeviceBuffer dk_d(BH * s.Tk * s.Dk * element_size(dtype), shift);
+    DeviceBuffer dv_d(BH * s.Tk * s.Dv * element_size(dtype), shift);
+    DeviceBuffer workspace(ws_bytes, float_shift);  // NaN-filled: its contents must not matter
+    const cudaError_t err = pygpt::cuda::attention_backward(
+        s, dtype, q_d.get(), k_d.get(), v_d.get(), from_reference ? out_in_d.get() : out_d.get(),
+        dout_d.get(), from_reference ? lse_in_d.as_float() : lse_d.as_float(), dq_d.get(),
+        dk_d.get(), dv_d.get(), workspace.get(), stream);
+    if (!expect_launch(what, err, stream)) continue;
+    expect_near(what + " dq", decode(dq_d.download(), dtype), dq_ref, tol);
+    expect_near(what + " dk", decode(dk_d.download(), dtype), dk_ref, tol);
+    expect_near(what + " dv", decode(dv_d.download(), dtype), dv_ref, tol);
+  }
+}
+
+// Head dims the kernels reject come back as cudaErrorInvalidValue without a launch.
+void check_rejects_large_head_dim(cudaStream_t stream) {
+  for (const auto& [Dk, Dv] : {std::pair<int64_t, int64_t>{129, 64}, {64, 129}}) {
+    const AttentionShape s{1, 1, 4, 4, Dk, Dv, false, 1.0};
+    DeviceBuffer dummy(4096);
+    const cudaError_t fwd = pygpt::cuda::attention_forward(
+        s, DType::kFloat32, dummy.get(), dummy.get(), dummy.get(), dummy.get(), dummy.as_float(),
+        stream);
+    const cudaError_t bwd = pygpt::cuda::attention_backward(
+        s, DType::kFloat32, dummy.get(), dummy.get(), dummy.get(), dummy.get(), dummy.get(),
+        dummy.as_float(), dummy.get(), dummy.get(), dummy.get(), dummy.get(), stream);
+    check(fwd == cudaErrorInvalidValue && bwd == cudaErrorInvalidValue,
+          format("Dk=%ld Dv=%ld rejected (forward %s, backward %s)", (long)Dk, (long)Dv,
+                 cudaGetErrorString(fwd), cudaGetErrorString(bwd)));
+    check(cudaGetLastError() == cudaSuccess, "a rejected call leaves no pending error");
+  }
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  const cudaError_t err = cudaGetDeviceCount(&devices);
+  if (err != cudaSuccess || devices == 0) {
+    std::printf("test_attention_cuda: no CUDA device (%s); skipped\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    return 77;
+  }
+  cudaDeviceProp prop;
+  cuda_check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+
+  cudaStream_t stream;
+  cuda_check(cudaStreamCreate(&stream), "cudaStreamCreate");
+
+  // B, H, Tq, Tk, Dk, Dv, causal, scale (0: 1/sqrt(Dk)), stddev.
+  std::vector<Case> cases;
+  for (const bool causal : {false, true}) {
+    const std::vector<Case> shapes = {
+        {1, 1, 1, 1, 1, 1, causal, 0, 1},         // smallest
+        {2, 3, 17, 17, 17, 17, causal, 0, 1},     // odd sizes
+        {1, 2, 5, 70, 32, 32, causal, 0, 1},      // Tq < Tk, two key tiles
+        {1, 2, 70, 5, 32, 32, causal, 0, 1},      // Tq > Tk: causal rows that see no key
+        {1, 1, 1, 200, 64, 64, causal, 0, 1},     // one query (decode step)
+        {2, 2, 64, 64, 64, 64, causal, 0, 1},     // exactly one tile
+        {1, 3, 65, 129, 64, 40, causal, 0, 1},    // Dk != Dv, tile edges + 1
+        {1, 1, 33, 31, 128, 128, causal, 0, 1},   // largest head dim
+        {1, 2, 100, 100, 128, 17, causal, 0, 1},  // Dk > Dv
+        {1, 2, 130, 97, 16, 128, causal, 0, 1},   // Dk < Dv (bucket from Dv)
+        {1, 1, 7, 200, 1, 1, causal, 0, 1},       // head dim 1
+        {1, 2, 100, 133, 32, 32, causal, 0, 1},   // first row seeing key 64 ends a query tile
+        {1, 1, 200, 150, 64, 64, causal, 0, 1},   // whole warps see none of a key tile
+        {1, 1, 96, 96, 48, 48, causal, 0, 1},     // head dim between buckets
+        {3, 1, 40, 41, 100, 90, causal, 0, 1},    // odd head dims in the 128 bucket
+        {1, 2, 50, 80, 32, 32, causal, 0, 3},     // peaked softmax: running max rescaling
+        {1, 1, 45, 45, 24, 24, causal, 2.5, 1},   // explicit scale
+        {1, 2, 0, 9, 8, 8, causal, 0, 1},         // Tq = 0: dk = dv = 0
+        {1, 2, 9, 0, 8, 8, causal, 0, 1},         // Tk = 0: out = 0, lse = -inf, dq = 0
+        {0, 2, 9, 9, 8, 8, causal, 0, 1},         // B = 0
+        {700, 100, 1, 3, 2, 2, causal, 0, 1},     // 70000 blocks: more than gridDim.y allows
+    };
+    cases.insert(cases.end(), shapes.begin(), shapes.end());
+  }
+  cases.push_back({1, 2, 1024, 1024, 64, 64, true, 0, 1});     // long, causal
+  cases.push_back({1, 1, 1030, 1100, 128, 128, false, 0, 1});  // long, full
+  cases.push_back({1, 1, 1100, 1030, 80, 80, true, 0, 1});     // long, causal, Tq > Tk
+
+  uint64_t seed = 1;
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (const Case& c : cases) run_case(c, dtype, seed++, stream);
+    // Pointers only element-aligned (torch views with a storage offset): odd head dims.
+    run_case({2, 2, 37, 45, 17, 33, true, 0, 1}, dtype, seed++, stream, /*shifted=*/true);
+    run_case({1, 2, 70, 70, 64, 64, false, 0, 1}, dtype, seed++, stream, /*shifted=*/true);
+  }
+  check_rejects_large_head_dim(stream);
+
+  cuda_check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  return Tally::get().finish("test_attention_cuda");
+}
