@@ -45,11 +45,13 @@ pytestmark = [  # With the caches off (below), dynamo says so once per compilati
 CFG = ModelConfig(vocab_size=40, block_size=8, n_layer=1, n_head=2, n_embd=16)
 
 @pytest.fixture(autouse=True)
-def fresh_compiler(monkeypatch):
-    monkeypatch.setattr(torch.compiler.config, "force_disable_caches", True)
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+def fresh_compiler():
+    # The config's own patch(), not monkeypatch: newer pytest restores a module attribute it
+    # could not see statically by deleting it, which removes the setting from torch's config.
+    with torch.compiler.config.patch(force_disable_caches=True):
+        torch._dynamo.reset()
+        yield
+        torch._dynamo.reset()
 
 
 def batch(seed: int, B: int = 2):
