@@ -27,49 +27,17 @@ import json
 import os
 import platform
 import statistics
-import time
 
 import torch
 
 from machine import busy_warning
+from timed_trainer import Trainer
 from pygpt.config import PRESETS, preset
 from pygpt.data import TokenSplits, read_text
 from pygpt.model import GPT
 from pygpt.tokenizer import CharTokenizer
-from pygpt.train import lr_at, make_optimizer
 
 KERNELS = ("ext", "torch")
-
-
-class Trainer:
-    """One model + optimizer on one set of kernels; step() is one timed optimizer step."""
-
-    def __init__(self, model_cfg, train_cfg, kernels, init_state):
-        self.model = GPT(model_cfg, kernels=kernels)
-        self.model.load_state_dict(init_state)
-        self.model.train()
-        self.cfg = train_cfg
-        self.optimizer = make_optimizer(self.model, train_cfg)
-        self.step_no = 0
-
-    def step(self, batches):
-        """batches: grad_accum (x, y) pairs. Returns (seconds, loss)."""
-        t0 = time.perf_counter()
-        lr = lr_at(self.step_no, self.cfg)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        total = 0.0
-        for x, y in batches:
-            loss = self.model(x, y).loss / len(batches)
-            loss.backward()
-            total += loss.item()
-        if self.cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        dt = time.perf_counter() - t0
-        self.step_no += 1
-        return dt, total
 
 
 def bench(model_cfg, train_cfg, threads, steps, warmup, block, seed=0):
