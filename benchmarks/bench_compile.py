@@ -27,14 +27,13 @@ import dataclasses
 import json
 import os
 import platform
-import statistics
 import sys
 import traceback
 
 import torch
 
 from machine import busy_warning
-from timed_trainer import Trainer
+from timed_trainer import Trainer, interleaved_steps, step_stats
 from pygpt.config import PRESETS, preset
 from pygpt.data import TokenSplits, read_text
 from pygpt.model import GPT
@@ -61,7 +60,6 @@ def bench(model_cfg, train_cfg, kernels, threads, steps, warmup, block, compile_
     init_state = GPT(model_cfg).state_dict()
     trainers = {"eager": Trainer(model_cfg, train_cfg, kernels, init_state, compile_mode=False),
                 "compiled": Trainer(model_cfg, train_cfg, kernels, init_state, compile_mode)}
-    times = {m: [] for m in MODES}
     losses = {m: [] for m in MODES}
     # Step 0: the compiled model compiles its forward and backward here.
     first = {m: trainers[m].step(step_batches[0]) for m in MODES}
@@ -70,25 +68,16 @@ def bench(model_cfg, train_cfg, kernels, threads, steps, warmup, block, compile_
     for i in range(1, 1 + warmup):
         for m in MODES:
             losses[m].append(trainers[m].step(step_batches[i])[1])
-    done = 0
-    while done < steps:
-        n = min(block, steps - done)
-        for m in MODES:
-            for i in range(1 + warmup + done, 1 + warmup + done + n):
-                dt, loss = trainers[m].step(step_batches[i])
-                times[m].append(dt)
-                losses[m].append(loss)
-        done += n
+    times, timed_losses = interleaved_steps(trainers, step_batches, 1 + warmup, steps, block)
+    for m in MODES:
+        losses[m] += timed_losses[m]
 
     tokens_per_step = train_cfg.batch_size * train_cfg.grad_accum * model_cfg.block_size
     result = {"threads": threads, "kernels": kernels, "tokens_per_step": tokens_per_step,
               "params": trainers["eager"].model.num_params(),
               "compile_s": first["compiled"][0] - first["eager"][0]}
     for m in MODES:
-        med = statistics.median(times[m])
-        q = statistics.quantiles(times[m], n=4) if len(times[m]) > 1 else [med, med, med]
-        result[m] = {"median_ms": med * 1e3, "q1_ms": q[0] * 1e3, "q3_ms": q[2] * 1e3,
-                     "tokens_per_s": tokens_per_step / med, "final_loss": losses[m][-1]}
+        result[m] = {**step_stats(times[m], tokens_per_step), "final_loss": losses[m][-1]}
     result["ratio"] = result["compiled"]["tokens_per_s"] / result["eager"]["tokens_per_s"]
     # Same data and weights: both must learn the same thing (up to float reassociation).
     result["max_loss_diff"] = max(abs(a - b) for a, b in zip(losses["eager"], losses["compiled"]))

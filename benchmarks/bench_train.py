@@ -26,12 +26,11 @@ import dataclasses
 import json
 import os
 import platform
-import statistics
 
 import torch
 
 from machine import busy_warning
-from timed_trainer import Trainer
+from timed_trainer import Trainer, interleaved_steps, step_stats
 from pygpt.config import PRESETS, preset
 from pygpt.data import TokenSplits, read_text
 from pygpt.model import GPT
@@ -55,30 +54,17 @@ def bench(model_cfg, train_cfg, threads, steps, warmup, block, seed=0):
     torch.manual_seed(seed)
     init_state = GPT(model_cfg).state_dict()
     trainers = {k: Trainer(model_cfg, train_cfg, k, init_state) for k in KERNELS}
-    times = {k: [] for k in KERNELS}
-    losses = {k: [] for k in KERNELS}
     # Both see the same batches in the same order; steps alternate between the two in blocks.
     for i in range(warmup):
         for k in KERNELS:
             trainers[k].step(step_batches[i])
-    done = 0
-    while done < steps:
-        n = min(block, steps - done)
-        for k in KERNELS:
-            for i in range(warmup + done, warmup + done + n):
-                dt, loss = trainers[k].step(step_batches[i])
-                times[k].append(dt)
-                losses[k].append(loss)
-        done += n
+    times, losses = interleaved_steps(trainers, step_batches, warmup, steps, block)
 
     tokens_per_step = train_cfg.batch_size * train_cfg.grad_accum * model_cfg.block_size
     result = {"threads": threads, "tokens_per_step": tokens_per_step,
               "params": trainers["ext"].model.num_params()}
     for k in KERNELS:
-        med = statistics.median(times[k])
-        q = statistics.quantiles(times[k], n=4) if len(times[k]) > 1 else [med, med, med]
-        result[k] = {"median_ms": med * 1e3, "q1_ms": q[0] * 1e3, "q3_ms": q[2] * 1e3,
-                     "tokens_per_s": tokens_per_step / med, "final_loss": losses[k][-1]}
+        result[k] = {**step_stats(times[k], tokens_per_step), "final_loss": losses[k][-1]}
     result["ratio"] = result["ext"]["tokens_per_s"] / result["torch"]["tokens_per_s"]
     # Same data and weights: the two runs must also learn the same thing.
     result["max_loss_diff"] = max(abs(a - b) for a, b in zip(losses["ext"], losses["torch"]))

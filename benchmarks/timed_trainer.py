@@ -1,5 +1,6 @@
 """The training step the benchmarks time: what pygpt.train does per optimizer step (schedule,
 gradient accumulation, clipping, AdamW), on one model, optionally through torch.compile."""
+import statistics
 import time
 
 import torch
@@ -40,3 +41,29 @@ class Trainer:
         dt = time.perf_counter() - t0
         self.step_no += 1
         return dt, total
+
+
+def interleaved_steps(trainers, step_batches, start, steps, block):
+    """Runs `steps` steps of every trainer on the same batches (step_batches[start:]), in blocks
+    of `block` steps per trainer in turn, so a change in the machine's load hits all alike.
+    Returns each trainer's step times and losses."""
+    times = {name: [] for name in trainers}
+    losses = {name: [] for name in trainers}
+    done = 0
+    while done < steps:
+        n = min(block, steps - done)
+        for name, trainer in trainers.items():
+            for i in range(start + done, start + done + n):
+                dt, loss = trainer.step(step_batches[i])
+                times[name].append(dt)
+                losses[name].append(loss)
+        done += n
+    return times, losses
+
+
+def step_stats(times, tokens_per_step):
+    """Median and quartiles of step times (ms) and tokens/s from the median."""
+    med = statistics.median(times)
+    q = statistics.quantiles(times, n=4) if len(times) > 1 else [med, med, med]
+    return {"median_ms": med * 1e3, "q1_ms": q[0] * 1e3, "q3_ms": q[2] * 1e3,
+            "tokens_per_s": tokens_per_step / med}
