@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu/cross_entropy.h"
+#include "cross_entropy_cases.h"
 #include "test_support.h"
 
 namespace {
@@ -16,14 +17,6 @@ using pygpt::cpu::cross_entropy_backward;
 using pygpt::cpu::cross_entropy_forward;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// How a case's logits are drawn.
-enum class Pattern {
-  kNormal,      // N(0, stddev^2)
-  kRising,      // a ramp up the row plus noise: the running max grows block after block
-  kFalling,     // a ramp down the row plus noise
-  kMaskedTail,  // normal, with the second half of each row -inf (a masked vocabulary)
-};
 
 struct Case {
   int64_t N, V, row_padding;  // row_stride = V + row_padding
@@ -69,17 +62,8 @@ Problem make_problem(const Case& c, Rng& rng) {
   Problem p{c.N, c.V, row_stride, -100, std::vector<double>(c.N * row_stride),
             std::vector<int64_t>(c.N), 0.0};
   for (int64_t i = 0; i < c.N; ++i) {
-    for (int64_t j = 0; j < row_stride; ++j) {
-      const double ramp = c.V > 1 ? 8.0 * j / (c.V - 1) : 0.0;
-      double value = c.stddev * rng.normal();
-      if (c.pattern == Pattern::kRising) value += ramp;
-      if (c.pattern == Pattern::kFalling) value -= ramp;
-      if (c.pattern == Pattern::kMaskedTail && j >= (c.V + 1) / 2) value = -kInf;
-      if (j >= c.V) value = 1e30;  // padding: must never be read
-      p.logits[i * row_stride + j] = value;
-    }
-    const int64_t visible = c.pattern == Pattern::kMaskedTail ? (c.V + 1) / 2 : c.V;
-    p.targets[i] = rng.uniform() < c.ignored_fraction ? p.ignore_index : rng.integer(0, visible);
+    draw_logit_row(c.pattern, c.V, row_stride, c.stddev, rng, &p.logits[i * row_stride]);
+    p.targets[i] = draw_target(c.pattern, c.V, c.ignored_fraction, p.ignore_index, rng);
   }
   int64_t counted = 0;
   for (int64_t t : p.targets) counted += t != p.ignore_index;

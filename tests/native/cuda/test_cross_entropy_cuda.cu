@@ -25,6 +25,7 @@
 #include "cpu/cross_entropy.h"
 #include "cuda/cross_entropy.h"
 #include "cuda_test_support.h"
+#include "../cross_entropy_cases.h"
 #include "../test_support.h"
 
 namespace {
@@ -32,20 +33,12 @@ namespace {
 using namespace pygpt::test;
 using pygpt::cuda::DType;
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kIgnore = -100;
 constexpr float kGradLoss = 0.7f;
 constexpr double kFloatTol = 1e-5;
 constexpr double kGradRtol = 2e-5;
 constexpr double kGradAtol = 1e-6;
 constexpr double kBf16Rtol = 1.01 / 256.0;
-
-enum class Pattern {
-  kNormal,      // N(0, stddev^2)
-  kRising,      // a ramp up the row plus noise: the running max keeps growing
-  kFalling,     // a ramp down the row plus noise
-  kMaskedTail,  // normal, with the second half of each row -inf (a masked vocabulary)
-};
 
 struct Case {
   int64_t N, V, row_padding;  // row_stride = V + row_padding
@@ -71,18 +64,8 @@ Problem make_problem(const Case& c, bool bf16, Rng& rng) {
   Problem p{c.N, c.V, row_stride, std::vector<float>(c.N * row_stride),
             std::vector<int64_t>(c.N)};
   for (int64_t i = 0; i < c.N; ++i) {
-    for (int64_t j = 0; j < row_stride; ++j) {
-      const double ramp = c.V > 1 ? 8.0 * j / (c.V - 1) : 0.0;
-      double value = c.stddev * rng.normal();
-      if (c.pattern == Pattern::kRising) value += ramp;
-      if (c.pattern == Pattern::kFalling) value -= ramp;
-      if (c.pattern == Pattern::kMaskedTail && j >= (c.V + 1) / 2) value = -kInf;
-      if (j >= c.V) value = 1e30;  // padding: must never be read
-      p.logits[i * row_stride + j] = static_cast<float>(value);
-    }
-    const int64_t visible = c.pattern == Pattern::kMaskedTail ? (c.V + 1) / 2 : c.V;
-    p.targets[i] = rng.uniform() < c.ignored_fraction || visible == 0 ? kIgnore
-                                                                      : rng.integer(0, visible);
+    draw_logit_row(c.pattern, c.V, row_stride, c.stddev, rng, &p.logits[i * row_stride]);
+    p.targets[i] = draw_target(c.pattern, c.V, c.ignored_fraction, kIgnore, rng);
   }
   p.logits = rounded(p.logits, bf16);
   return p;
