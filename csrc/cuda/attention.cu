@@ -31,7 +31,10 @@
 // Head dims: kernels are instantiated for a maximum head dim of 32, 64 or 128 (the smallest that
 // holds max(Dk, Dv)); columns past Dk / Dv are zero in shared memory and never stored. Dynamic
 // shared memory per block (opted in above 48 KB) for head dims up to 32 / 64 / 128: forward
-// 41 / 65 / 72.5 KB, backward 42.3 / 66.3 / 114.3 KB.
+// 41 / 65 / 72.5 KB, backward 42.3 / 66.3 / 114.3 KB. Where the device grants less (sm_75:
+// 64 KB, sm_86 / sm_89: 99 KB), smaller tiles are launched: forward 32 queries per block
+// (29 / 49 / 52.5 KB), backward 32 keys per block and 16 queries per inner tile (17.1 / 29.1 /
+// 53.1 KB).
 #include "cuda/attention.h"
 
 #include <cuda_bf16.h>
@@ -39,6 +42,8 @@
 #include <climits>
 #include <cstdint>
 #include <type_traits>
+
+#include "cuda/kernel_utils.cuh"
 
 namespace pygpt::cuda {
 namespace {
@@ -174,12 +179,13 @@ __device__ __forceinline__ void load_rows(float* dst, int ld, const T* src, int6
 // ------------------------------------------------------------------------------------------------
 // Forward
 
-template <int DMAX>
+// BQ: queries per block, 64; 32 where the device grants too little shared memory for 64.
+template <int DMAX, int BQ>
 struct ForwardConfig {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kMinBlocks = 2;  // per SM: at most 128 registers
-  static constexpr int kBlockQ = 64;                    // queries per block
+  static constexpr int kBlockQ = BQ;                    // queries per block
   static constexpr int kRows = kBlockQ / kWarps;        // query rows per warp
   static constexpr int kBlockK = DMAX > 64 ? 32 : 64;   // keys per shared-memory tile
   static constexpr int kKeysPerLane = kBlockK / kWarpSize;
@@ -207,14 +213,14 @@ struct ForwardParams {
   bool causal;
 };
 
-template <typename T, int DMAX>
-__global__ void __launch_bounds__(ForwardConfig<DMAX>::kThreads, ForwardConfig<DMAX>::kMinBlocks)
+template <typename T, int DMAX, int BQ>
+__global__ void __launch_bounds__(ForwardConfig<DMAX, BQ>::kThreads,
+                                  ForwardConfig<DMAX, BQ>::kMinBlocks)
     attention_forward_kernel(const ForwardParams p) {
-  using C = ForwardConfig<DMAX>;
+  using C = ForwardConfig<DMAX, BQ>;
   constexpr int kRows = C::kRows, kBK = C::kBlockK, kKPL = C::kKeysPerLane;
   constexpr int kDPL = C::kDimsPerLane, kLdK = C::kLdK;
-  extern __shared__ float4 shared_raw[];
-  float* const smem = reinterpret_cast<float*>(shared_raw);
+  float* const smem = detail::dynamic_shared<float>();
   float* const Qs = smem + C::kQOffset;  // (kBlockQ, DMAX), scaled by scale * log2(e)
   float* const Ks = smem + C::kKOffset;  // (kBK, kLdK)
   float* const Vs = smem + C::kVOffset;  // (kBK, DMAX)
@@ -388,14 +394,16 @@ __global__ void __launch_bounds__(kElementwiseThreads)
   }
 }
 
-template <int DMAX>
+// BK keys per block, BQ queries per inner tile: 64 and 32; 32 and 16 where the device grants
+// too little shared memory for those (under 115 KB for head dims above 64, under 67 KB else).
+template <int DMAX, int BQ, int BK>
 struct BackwardConfig {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * kWarpSize;
   // Blocks per SM: two (at most 128 registers) where shared memory allows two on an A100.
   static constexpr int kMinBlocks = DMAX > 64 ? 1 : 2;
-  static constexpr int kBlockK = 64;                      // keys per block
-  static constexpr int kBlockQ = 32;                      // queries per inner tile
+  static constexpr int kBlockK = BK;                      // keys per block
+  static constexpr int kBlockQ = BQ;                      // queries per inner tile
   static constexpr int kQueryRows = kBlockQ / kWarps;     // query rows per warp (S, dP, dQ)
   static constexpr int kKeyRows = kBlockK / kWarps;       // keys per warp (dK, dV)
   static constexpr int kKeysPerLane = kBlockK / kWarpSize;
@@ -432,14 +440,14 @@ struct BackwardParams {
   bool causal;
 };
 
-template <typename T, int DMAX>
-__global__ void __launch_bounds__(BackwardConfig<DMAX>::kThreads, BackwardConfig<DMAX>::kMinBlocks)
+template <typename T, int DMAX, int BQ, int BK>
+__global__ void __launch_bounds__(BackwardConfig<DMAX, BQ, BK>::kThreads,
+                                  BackwardConfig<DMAX, BQ, BK>::kMinBlocks)
     attention_backward_kernel(const BackwardParams p) {
-  using C = BackwardConfig<DMAX>;
+  using C = BackwardConfig<DMAX, BQ, BK>;
   constexpr int kBQ = C::kBlockQ, kBK = C::kBlockK, kQR = C::kQueryRows, kKR = C::kKeyRows;
   constexpr int kKPL = C::kKeysPerLane, kDPL = C::kDimsPerLane, kLdK = C::kLdK;
-  extern __shared__ float4 shared_raw[];
-  float* const smem = reinterpret_cast<float*>(shared_raw);
+  float* const smem = detail::dynamic_shared<float>();
   float* const Ks = smem + C::kKOffset;       // (kBK, kLdK)
   float* const Vs = smem + C::kVOffset;       // (kBK, kLdK)
   float* const Qs = smem + C::kQOffset;       // (kBQ, DMAX), scaled by scale
@@ -648,6 +656,19 @@ int head_dim_bucket(const cpu::AttentionShape& s) {
   return d <= 32 ? 32 : d <= 64 ? 64 : 128;
 }
 
+// Dynamic shared memory a block may opt in to on the current device: 64 KB on sm_75, 163 KB on
+// sm_80, 99 KB on sm_86 / sm_89, 227 KB on sm_90.
+size_t shared_memory_limit() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    cudaGetLastError();  // not this call's error to report: assume no opt-in
+    return kMaxSharedBytesNoOptIn;
+  }
+  return static_cast<size_t>(bytes);
+}
+
 // Opts in to more than 48 KB of dynamic shared memory where the kernel needs it (a per-device
 // function attribute, cheap to set on every launch).
 template <typename Kernel>
@@ -662,10 +683,10 @@ unsigned elementwise_blocks(int64_t work_items, int64_t per_block) {
       min_of<int64_t>((work_items + per_block - 1) / per_block, kMaxElementwiseBlocks));
 }
 
-template <typename T, int DMAX>
+template <typename T, int DMAX, int BQ>
 cudaError_t launch_forward(const cpu::AttentionShape& s, const void* q, const void* k,
                            const void* v, void* out, float* lse, cudaStream_t stream) {
-  using C = ForwardConfig<DMAX>;
+  using C = ForwardConfig<DMAX, BQ>;
   ForwardParams p;
   p.q = q, p.k = k, p.v = v, p.out = out, p.lse = lse;
   p.Tq = s.Tq, p.Tk = s.Tk;
@@ -675,37 +696,55 @@ cudaError_t launch_forward(const cpu::AttentionShape& s, const void* q, const vo
   p.causal = s.causal;
   const int64_t blocks = s.B * s.H * p.q_tiles;
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
-  auto kernel = attention_forward_kernel<T, DMAX>;
+  auto kernel = attention_forward_kernel<T, DMAX, BQ>;
   cudaError_t err = prepare_shared_memory(kernel, C::kSharedBytes);
   if (err != cudaSuccess) return err;
-  kernel<<<static_cast<unsigned>(blocks), C::kThreads, C::kSharedBytes, stream>>>(p);
-  return cudaGetLastError();
+  return detail::launch(kernel, static_cast<unsigned>(blocks), C::kThreads, C::kSharedBytes, stream, p);
+}
+
+// The larger query tile where the device's shared memory holds it.
+template <typename T, int DMAX>
+cudaError_t launch_forward_fitting(const cpu::AttentionShape& s, const void* q, const void* k,
+                                   const void* v, void* out, float* lse, cudaStream_t stream) {
+  if (ForwardConfig<DMAX, 64>::kSharedBytes <= shared_memory_limit()) {
+    return launch_forward<T, DMAX, 64>(s, q, k, v, out, lse, stream);
+  }
+  return launch_forward<T, DMAX, 32>(s, q, k, v, out, lse, stream);
 }
 
 template <typename T>
 cudaError_t forward_typed(const cpu::AttentionShape& s, const void* q, const void* k,
                           const void* v, void* out, float* lse, cudaStream_t stream) {
   switch (head_dim_bucket(s)) {
-    case 32: return launch_forward<T, 32>(s, q, k, v, out, lse, stream);
-    case 64: return launch_forward<T, 64>(s, q, k, v, out, lse, stream);
-    default: return launch_forward<T, 128>(s, q, k, v, out, lse, stream);
+    case 32: return launch_forward_fitting<T, 32>(s, q, k, v, out, lse, stream);
+    case 64: return launch_forward_fitting<T, 64>(s, q, k, v, out, lse, stream);
+    default: return launch_forward_fitting<T, 128>(s, q, k, v, out, lse, stream);
   }
 }
 
-template <typename T, int DMAX>
+template <typename T, int DMAX, int BQ, int BK>
 cudaError_t launch_backward_main(const cpu::AttentionShape& s, const BackwardParams& base,
                                  cudaStream_t stream) {
-  using C = BackwardConfig<DMAX>;
+  using C = BackwardConfig<DMAX, BQ, BK>;
   BackwardParams p = base;
   p.k_tiles = (s.Tk + C::kBlockK - 1) / C::kBlockK;
   const int64_t blocks = s.B * s.H * p.k_tiles;
   if (blocks == 0) return cudaSuccess;
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
-  auto kernel = attention_backward_kernel<T, DMAX>;
+  auto kernel = attention_backward_kernel<T, DMAX, BQ, BK>;
   cudaError_t err = prepare_shared_memory(kernel, C::kSharedBytes);
   if (err != cudaSuccess) return err;
-  kernel<<<static_cast<unsigned>(blocks), C::kThreads, C::kSharedBytes, stream>>>(p);
-  return cudaGetLastError();
+  return detail::launch(kernel, static_cast<unsigned>(blocks), C::kThreads, C::kSharedBytes, stream, p);
+}
+
+// The larger tiles where the device's shared memory holds them.
+template <typename T, int DMAX>
+cudaError_t launch_backward_main_fitting(const cpu::AttentionShape& s, const BackwardParams& p,
+                                         cudaStream_t stream) {
+  if (BackwardConfig<DMAX, 32, 64>::kSharedBytes <= shared_memory_limit()) {
+    return launch_backward_main<T, DMAX, 32, 64>(s, p, stream);
+  }
+  return launch_backward_main<T, DMAX, 16, 32>(s, p, stream);
 }
 
 template <typename T>
@@ -717,11 +756,11 @@ cudaError_t backward_typed(const cpu::AttentionShape& s, const void* q, const vo
   float* const delta = dq_acc + rows * s.Dk;
 
   if (rows > 0) {
-    attention_backward_preprocess_kernel<T>
-        <<<elementwise_blocks(rows, kElementwiseThreads / kWarpSize), kElementwiseThreads, 0,
-           stream>>>(static_cast<const T*>(out), static_cast<const T*>(grad_out), delta, dq_acc,
-                     rows, static_cast<int>(s.Dv), static_cast<int>(s.Dk));
-    const cudaError_t err = cudaGetLastError();
+    const cudaError_t err = detail::launch(
+        attention_backward_preprocess_kernel<T>,
+        elementwise_blocks(rows, kElementwiseThreads / kWarpSize), kElementwiseThreads, 0, stream,
+        static_cast<const T*>(out), static_cast<const T*>(grad_out), delta, dq_acc, rows,
+        static_cast<int>(s.Dv), static_cast<int>(s.Dk));
     if (err != cudaSuccess) return err;
   }
 
@@ -735,21 +774,17 @@ cudaError_t backward_typed(const cpu::AttentionShape& s, const void* q, const vo
   p.causal = s.causal;
   cudaError_t err;
   switch (head_dim_bucket(s)) {
-    case 32: err = launch_backward_main<T, 32>(s, p, stream); break;
-    case 64: err = launch_backward_main<T, 64>(s, p, stream); break;
-    default: err = launch_backward_main<T, 128>(s, p, stream); break;
+    case 32: err = launch_backward_main_fitting<T, 32>(s, p, stream); break;
+    case 64: err = launch_backward_main_fitting<T, 64>(s, p, stream); break;
+    default: err = launch_backward_main_fitting<T, 128>(s, p, stream); break;
   }
   if (err != cudaSuccess) return err;
 
   const int64_t n = rows * s.Dk;
-  if (n > 0) {
-    attention_backward_convert_kernel<T>
-        <<<elementwise_blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
-            dq_acc, static_cast<T*>(dq), n, static_cast<float>(s.scale));
-    err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
+  if (n == 0) return cudaSuccess;
+  return detail::launch(attention_backward_convert_kernel<T>,
+                        elementwise_blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream,
+                        dq_acc, static_cast<T*>(dq), n, static_cast<float>(s.scale));
 }
 
 }  // namespace

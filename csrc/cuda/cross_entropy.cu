@@ -289,29 +289,28 @@ cudaError_t forward_typed(const S* logits, int64_t row_stride, const int64_t* ta
     const Plan p = forward_plan(V);
     int64_t grid = ceil_div(N, p.rows);
     grid = grid < kMaxGrid ? grid : kMaxGrid;
-    forward_rows<S><<<static_cast<unsigned>(grid), p.block, 0, stream>>>(
-        logits, row_stride, targets, N, V, ignore_index, lse, row_loss, p.unit);
-    const cudaError_t err = cudaGetLastError();
+    const cudaError_t err =
+        detail::launch(forward_rows<S>, static_cast<unsigned>(grid), p.block, 0, stream, logits,
+                       row_stride, targets, N, V, ignore_index, lse, row_loss, p.unit);
     if (err != cudaSuccess) return err;
   }
-  finish_loss<<<1, kCountThreads, 0, stream>>>(row_loss, targets, N, ignore_index, loss);
-  return cudaGetLastError();
+  return detail::launch(finish_loss, 1, kCountThreads, 0, stream, row_loss, targets, N,
+                        ignore_index, loss);
 }
 
 template <typename S>
 cudaError_t backward_typed(const S* logits, int64_t row_stride, const int64_t* targets,
                            const float* lse, const float* grad_loss, int64_t N, int V,
                            int64_t ignore_index, S* grad, float* scale, cudaStream_t stream) {
-  backward_scale<<<1, kCountThreads, 0, stream>>>(targets, N, ignore_index, grad_loss, scale);
-  cudaError_t err = cudaGetLastError();
+  const cudaError_t err = detail::launch(backward_scale, 1, kCountThreads, 0, stream, targets, N,
+                                         ignore_index, grad_loss, scale);
   if (err != cudaSuccess) return err;
   constexpr int kSegment = kBackwardThreads * kUnroll * detail::kVec16<S>;
   const int64_t nseg = ceil_div(V, kSegment);
   int64_t grid = N * nseg;
   grid = grid < kMaxGrid ? grid : kMaxGrid;
-  backward_rows<S><<<static_cast<unsigned>(grid), kBackwardThreads, 0, stream>>>(
-      logits, row_stride, targets, lse, scale, N, V, ignore_index, grad, nseg);
-  return cudaGetLastError();
+  return detail::launch(backward_rows<S>, static_cast<unsigned>(grid), kBackwardThreads, 0, stream,
+                        logits, row_stride, targets, lse, scale, N, V, ignore_index, grad, nseg);
 }
 
 }  // namespace

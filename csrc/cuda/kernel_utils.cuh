@@ -1,5 +1,6 @@
-// Device helpers shared by the row-wise CUDA kernels (layer norm, cross-entropy): element
-// conversion, 16-byte vector loads and stores, and deterministic warp / thread-group reductions.
+// Helpers shared by the CUDA kernels: how they are launched and reach dynamic shared memory (all
+// three), and for the row-wise ones (layer norm, cross-entropy) element conversion, 16-byte
+// vector loads and stores, and deterministic warp / thread-group reductions.
 // Framework-free: cuda_runtime.h and cuda_bf16.h only. Internal to csrc/cuda/*.cu.
 #pragma once
 
@@ -15,6 +16,35 @@ namespace pygpt::cuda::detail {
 
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
+
+template <typename T>
+struct Identity {
+  using type = T;
+};
+
+// kernel<<<grid, block, shared_bytes, stream>>>(args...), written as the runtime call it stands
+// for, so that the sources also compile as plain C++ against the host emulator that runs the
+// native CUDA tests without a GPU (tests/native/cuda/emulator). Returns the launch's error,
+// cleared from cudaGetLastError so that it is reported once, by the launcher.
+template <typename... Params>
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                   cudaStream_t stream, typename Identity<Params>::type... args) {
+  void* arg_pointers[] = {static_cast<void*>(&args)...};
+  const cudaError_t err = cudaLaunchKernel(kernel, grid, block, arg_pointers, shared_bytes, stream);
+  if (err != cudaSuccess) cudaGetLastError();
+  return err;
+}
+
+// The block's dynamic shared memory (the launch's shared_bytes), 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ T* dynamic_shared() {
+#ifdef PYGPT_CUDA_EMULATOR
+  return pygpt_emulated_dynamic_shared<T>();
+#else
+  extern __shared__ float4 pygpt_dynamic_shared[];
+  return reinterpret_cast<T*>(pygpt_dynamic_shared);
+#endif
+}
 
 // Storage types: float for kFloat32, the raw bits (uint16_t) for kBFloat16, so that every
 // element type is trivially copyable and the arithmetic is always float32.

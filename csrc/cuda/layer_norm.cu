@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kBackwardMaxUnit)
                        int unit) {
   constexpr int kChunks = kPerThread / VEC;
   __shared__ float2 red2[32];
-  extern __shared__ float fold[];  // [2][C] when rows > 1
+  float* const fold = detail::dynamic_shared<float>();  // [2][C] when rows > 1
   const int rows = blockDim.x / unit;
   const int u = threadIdx.x / unit, t = threadIdx.x % unit;
   const int nchunks = C / VEC;
@@ -429,24 +429,14 @@ cudaError_t forward_typed(const S* x, const S* weight, const S* bias, S* y, floa
   if (p.registers) {
     int64_t grid = ceil_div(N, p.rows);
     grid = grid < kMaxGrid ? grid : kMaxGrid;
-    if (vec) {
-      forward_registers<S, V><<<static_cast<unsigned>(grid), p.block, 0, stream>>>(
-          x, weight, bias, y, mean, rstd, N, C, p.unit, eps);
-    } else {
-      forward_registers<S, 1><<<static_cast<unsigned>(grid), p.block, 0, stream>>>(
-          x, weight, bias, y, mean, rstd, N, C, p.unit, eps);
-    }
-  } else {
-    const int64_t grid = N < kMaxGrid ? N : kMaxGrid;
-    if (vec) {
-      forward_rows<S, V><<<static_cast<unsigned>(grid), p.block, 0, stream>>>(
-          x, weight, bias, y, mean, rstd, N, C, eps);
-    } else {
-      forward_rows<S, 1><<<static_cast<unsigned>(grid), p.block, 0, stream>>>(
-          x, weight, bias, y, mean, rstd, N, C, eps);
-    }
+    return detail::launch(vec ? forward_registers<S, V> : forward_registers<S, 1>,
+                          static_cast<unsigned>(grid), p.block, 0, stream, x, weight, bias, y,
+                          mean, rstd, N, C, p.unit, eps);
   }
-  return cudaGetLastError();
+  const int64_t grid = N < kMaxGrid ? N : kMaxGrid;
+  return detail::launch(vec ? forward_rows<S, V> : forward_rows<S, 1>,
+                        static_cast<unsigned>(grid), p.block, 0, stream, x, weight, bias, y, mean,
+                        rstd, N, C, eps);
 }
 
 template <typename S>
@@ -468,30 +458,21 @@ cudaError_t backward_typed(const S* grad_y, const S* x, const S* weight, const f
     if (dbias != nullptr) part_b = ws + G * static_cast<int64_t>(C);
   }
   const unsigned grid = static_cast<unsigned>(G);
+  cudaError_t err;
   if (p.registers) {
     const size_t smem = partials && p.rows > 1 ? 2 * static_cast<size_t>(C) * sizeof(float) : 0;
-    if (vec) {
-      backward_registers<S, V><<<grid, p.block, smem, stream>>>(
-          grad_y, x, weight, mean, rstd, dx, part_w, part_b, N, C, p.unit);
-    } else {
-      backward_registers<S, 1><<<grid, p.block, smem, stream>>>(
-          grad_y, x, weight, mean, rstd, dx, part_w, part_b, N, C, p.unit);
-    }
+    err = detail::launch(vec ? backward_registers<S, V> : backward_registers<S, 1>, grid, p.block,
+                         smem, stream, grad_y, x, weight, mean, rstd, dx, part_w, part_b, N, C,
+                         p.unit);
   } else {
-    if (vec) {
-      backward_rows<S, V><<<grid, p.block, 0, stream>>>(grad_y, x, weight, mean, rstd, dx,
-                                                        part_w, part_b, N, C);
-    } else {
-      backward_rows<S, 1><<<grid, p.block, 0, stream>>>(grad_y, x, weight, mean, rstd, dx,
-                                                        part_w, part_b, N, C);
-    }
+    err = detail::launch(vec ? backward_rows<S, V> : backward_rows<S, 1>, grid, p.block, 0, stream,
+                         grad_y, x, weight, mean, rstd, dx, part_w, part_b, N, C);
   }
-  cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || !partials) return err;
   const dim3 block(kReduceCols, kReduceRows);
   const unsigned col_blocks = static_cast<unsigned>(ceil_div(C, kReduceCols));
-  reduce_partials<S><<<col_blocks, block, 0, stream>>>(part_w, part_b, dweight, dbias, G, C);
-  return cudaGetLastError();
+  return detail::launch(reduce_partials<S>, col_blocks, block, 0, stream, part_w, part_b, dweight,
+                        dbias, G, C);
 }
 
 }  // namespace

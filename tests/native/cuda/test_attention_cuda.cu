@@ -299,7 +299,8 @@ int main() {
   }
   cudaDeviceProp prop;
   cuda_check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+  std::printf("device: %s (sm_%d%d, %zu KB of shared memory per block)\n", prop.name, prop.major,
+              prop.minor, prop.sharedMemPerBlockOptin / 1024);
 
   cudaStream_t stream;
   cuda_check(cudaStreamCreate(&stream), "cudaStreamCreate");
