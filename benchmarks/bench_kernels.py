@@ -1,17 +1,22 @@
 #!/usr/bin/env python
-"""Benchmark pygpt's CPU kernels against the ATen ops they replace, in one process.
+"""Benchmark pygpt's kernels against the ATen ops they replace, in one process.
 
-For every op and shape, and for each requested intra-op thread count, prints the median time of
-ours (called through the public pygpt.ops functions) and of ATen, and the ratio ours/ATen (< 1 means
-ours is faster), for the forward alone and for forward + backward.
+For every op and shape, and for each requested intra-op thread count (CPU) or on the GPU
+(--device cuda, float32 or --dtype bfloat16), prints the median time of ours (called through the
+public pygpt.ops functions) and of ATen (on the GPU, SDPA picks its flash kernel where it can),
+and the ratio ours/ATen (< 1 means ours is faster), for the forward alone and for forward +
+backward. On the GPU, attention also runs at B=8 H=12 T=1024 D=64.
 
 Timing: `--warmup` untimed calls, then the median over `--repeat` calls of time.perf_counter()
-around each single call; calls of ours and ATen alternate, so load drift hits both alike. Forward-only calls use inputs that do not require grad (inference). A
+around each single call (on the GPU, with torch.cuda.synchronize() before and after); calls of
+ours and ATen alternate, so load drift hits both alike. Forward-only calls use inputs that do not
+require grad (inference). A
 forward+backward call is the forward plus .backward() on the output with a gradient precomputed
 outside the timed region (attention, layer_norm) or on the scalar loss (cross_entropy); .grad is
 reset to None outside the timed region.
 
-Memory (cross_entropy only): peak extra bytes allocated during one call, measured two ways:
+Memory (cross_entropy only): peak extra bytes allocated during one call; on the GPU from
+torch.cuda.max_memory_allocated, on the CPU two ways:
   * alloc: torch.profiler(profile_memory=True) in this process; the '[memory]' events carry the
     CPU allocator's running 'Total Allocated' since profiling began, and we report its maximum.
     It counts every tensor allocation (outputs, saved tensors, temporaries, the logits gradient)
@@ -24,6 +29,7 @@ Usage:
   python benchmarks/bench_kernels.py                    # all ops, 1 and 2 threads
   python benchmarks/bench_kernels.py --threads 1 --op attention --repeat 20
   python benchmarks/bench_kernels.py --markdown         # README-ready table
+  python benchmarks/bench_kernels.py --device cuda --dtype bfloat16
 """
 
 import argparse
@@ -51,11 +57,13 @@ def _ours():
 # entry is a pair of zero-argument callables plus a `reset` that clears gradients.
 
 
-def attention_case(B, H, T, D):
-    dtype = torch.float32
-    q, k, v = (torch.randn(B, H, T, D, dtype=dtype) for _ in range(3))
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+
+
+def attention_case(B, H, T, D, device, dtype):
+    q, k, v = (torch.randn(B, H, T, D, dtype=dtype, device=device) for _ in range(3))
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
-    grad = torch.randn(B, H, T, D, dtype=dtype)
+    grad = torch.randn(B, H, T, D, dtype=dtype, device=device)
     ops = _ours()
 
     def reset():
@@ -63,7 +71,7 @@ def attention_case(B, H, T, D):
             t.grad = None
 
     return dict(
-        op="attention", shape=f"B={B} H={H} T={T} D={D}, causal, fp32",
+        op="attention", shape=f"B={B} H={H} T={T} D={D}, causal, {DTYPE_NAMES[dtype]}",
         fwd=(lambda: ops.attention(q, k, v, causal=True),
              lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
         fwdbwd=(lambda: ops.attention(qg, kg, vg, causal=True).backward(grad),
@@ -74,11 +82,10 @@ def attention_case(B, H, T, D):
     )
 
 
-def layer_norm_case(N, C):
-    dtype = torch.float32
-    x, w, b = torch.randn(N, C, dtype=dtype), torch.randn(C, dtype=dtype), torch.randn(C, dtype=dtype)
+def layer_norm_case(N, C, device, dtype):
+    x, w, b = (torch.randn(*shape, dtype=dtype, device=device) for shape in ((N, C), (C,), (C,)))
     xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
-    grad = torch.randn(N, C, dtype=dtype)
+    grad = torch.randn(N, C, dtype=dtype, device=device)
     ops = _ours()
 
     def reset():
@@ -86,7 +93,7 @@ def layer_norm_case(N, C):
             t.grad = None
 
     return dict(
-        op="layer_norm", shape=f"({N}, {C}), weight+bias, fp32",
+        op="layer_norm", shape=f"({N}, {C}), weight+bias, {DTYPE_NAMES[dtype]}",
         fwd=(lambda: ops.layer_norm(x, w, b), lambda: F.layer_norm(x, (C,), w, b)),
         fwdbwd=(lambda: ops.layer_norm(xg, wg, bg).backward(grad),
                 lambda: F.layer_norm(xg, (C,), wg, bg).backward(grad)),
@@ -95,14 +102,14 @@ def layer_norm_case(N, C):
     )
 
 
-def cross_entropy_inputs(N, V):
-    logits = torch.randn(N, V, dtype=torch.float32)
-    targets = torch.randint(0, V, (N,))
+def cross_entropy_inputs(N, V, device="cpu", dtype=torch.float32):
+    logits = torch.randn(N, V, dtype=dtype, device=device)
+    targets = torch.randint(0, V, (N,), device=device)
     return logits, targets
 
 
-def cross_entropy_case(N, V):
-    logits, targets = cross_entropy_inputs(N, V)
+def cross_entropy_case(N, V, device, dtype):
+    logits, targets = cross_entropy_inputs(N, V, device, dtype)
     lg = logits.clone().requires_grad_()
     ops = _ours()
 
@@ -110,7 +117,7 @@ def cross_entropy_case(N, V):
         lg.grad = None
 
     return dict(
-        op="cross_entropy", shape=f"N={N} V={V}, fp32",
+        op="cross_entropy", shape=f"N={N} V={V}, {DTYPE_NAMES[dtype]}",
         fwd=(lambda: ops.cross_entropy(logits, targets), lambda: F.cross_entropy(logits, targets)),
         fwdbwd=(lambda: ops.cross_entropy(lg, targets).backward(),
                 lambda: F.cross_entropy(lg, targets).backward()),
@@ -126,16 +133,17 @@ CASES = {
     "layer_norm": [(layer_norm_case, s) for s in [(768, 128), (16384, 384)]],
     "cross_entropy": [(cross_entropy_case, s) for s in [(3072, 65), (2048, 50257)]],
 }
+CUDA_EXTRA_CASES = {"attention": [(attention_case, (8, 12, 1024, 64))]}
 
 
 # ---------------------------------------------------------------------------------------------
 # Measurement
 
 
-def time_pair(fn_a, fn_b, reset, warmup, repeat, budget_s):
+def time_pair(fn_a, fn_b, reset, warmup, repeat, budget_s, sync=lambda: None):
     """Median seconds of fn_a() and of fn_b(), timing one call at a time and alternating a, b, a,
     b, ... so that drift in machine load affects both alike. repeat=None: at least 5 calls each,
-    more while the total stays under budget_s, at most 200."""
+    more while the total stays under budget_s, at most 200. sync() waits for queued device work."""
     for _ in range(warmup):
         for fn in (fn_a, fn_b):
             reset()
@@ -145,8 +153,10 @@ def time_pair(fn_a, fn_b, reset, warmup, repeat, budget_s):
     while True:
         for fn, ts in zip((fn_a, fn_b), times):
             reset()
+            sync()
             t0 = time.perf_counter()
             fn()
+            sync()
             ts.append(time.perf_counter() - t0)
         n = len(times[0])
         if repeat is not None:
@@ -181,6 +191,19 @@ def alloc_peak_bytes(fn, reset):
     first = mem[0]["args"]
     base = first["Total Allocated"] - first["Bytes"]
     return max(0, max(e["args"]["Total Allocated"] for e in mem) - base)
+
+
+def cuda_peak_bytes(fn, reset):
+    """Peak bytes the CUDA caching allocator handed out during fn(), above what was live before."""
+    reset()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    reset()
+    return peak
 
 
 def _status_kib():
@@ -259,7 +282,11 @@ def print_rows(rows, markdown, mem_method):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="intra-op thread counts")
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                   help="intra-op thread counts (CPU)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="element type (bfloat16: CUDA only, as the CPU kernels are float32/64)")
     p.add_argument("--repeat", type=int, default=None,
                    help="timed calls per measurement (default: >= 5, up to ~1 s or 200 calls)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls before timing")
@@ -276,20 +303,34 @@ def main():
         rss_child(impl, which, int(N), int(V), int(threads))
         return
 
+    dtype = getattr(torch, args.dtype)
+    on_gpu = args.device == "cuda"
+    if on_gpu and not torch.cuda.is_available():
+        p.error("--device cuda: this torch sees no CUDA device")
+    if dtype != torch.float32 and not on_gpu:
+        p.error("--dtype bfloat16 needs --device cuda (the CPU kernels are float32/float64)")
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+
     torch.manual_seed(0)
-    backend = [ln for ln in torch.__config__.parallel_info().splitlines() if "backend" in ln]
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs visible; "
-          f"{backend[0].strip() if backend else ''}", file=sys.stderr)
+    if on_gpu:
+        print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", file=sys.stderr)
+    else:
+        backend = [ln for ln in torch.__config__.parallel_info().splitlines() if "backend" in ln]
+        print(f"torch {torch.__version__}, {os.cpu_count()} CPUs visible; "
+              f"{backend[0].strip() if backend else ''}", file=sys.stderr)
     rows = []
-    for threads in args.threads:
-        torch.set_num_threads(threads)
+    for threads in ([None] if on_gpu else args.threads):
+        if threads is not None:
+            torch.set_num_threads(threads)
+        where = "gpu" if on_gpu else f"{threads} thread{'s' if threads > 1 else ''}"
         for op in args.op:
-            for make, shape in CASES[op]:
-                case = make(*shape)
+            for make, shape in CASES[op] + (CUDA_EXTRA_CASES.get(op, []) if on_gpu else []):
+                case = make(*shape, args.device, dtype)
                 if not args.no_check:
                     with torch.no_grad():
                         a, b = case["check"]()
-                    if not torch.allclose(a, b, atol=1e-4, rtol=1e-4):
+                    if not torch.allclose(a.float(), b.float(), atol=tol, rtol=tol):
                         err = (a - b).abs().max().item()
                         print(f"WARNING: {op} {case['shape']}: ours differs from ATen "
                               f"(max abs {err:.2e})", file=sys.stderr)
@@ -297,11 +338,15 @@ def main():
                     ours_fn, aten_fn = case[pas]
                     with torch.set_grad_enabled(pas != "fwd"):
                         t_ours, t_aten, n = time_pair(ours_fn, aten_fn, case["reset"], args.warmup,
-                                                      args.repeat, budget_s=2.0)
+                                                      args.repeat, budget_s=2.0, sync=sync)
                     m_ours = m_aten = None
                     if "memory" in case:
                         N, V = case["memory"]
-                        if args.rss:
+                        if on_gpu:
+                            with torch.set_grad_enabled(pas != "fwd"):
+                                m_ours = cuda_peak_bytes(ours_fn, case["reset"])
+                                m_aten = cuda_peak_bytes(aten_fn, case["reset"])
+                        elif args.rss:
                             m_ours = rss_peak_bytes("ours", pas, N, V, threads)
                             m_aten = rss_peak_bytes("aten", pas, N, V, threads)
                         elif pas == "fwd":
@@ -311,17 +356,20 @@ def main():
                         else:
                             m_ours = alloc_peak_bytes(ours_fn, case["reset"])
                             m_aten = alloc_peak_bytes(aten_fn, case["reset"])
-                    row = [threads, op, case["shape"], "fwd" if pas == "fwd" else "fwd+bwd",
+                    row = ["gpu" if on_gpu else threads, op, case["shape"],
+                           "fwd" if pas == "fwd" else "fwd+bwd",
                            fmt_ms(t_ours), fmt_ms(t_aten), f"{t_ours / t_aten:.2f}",
                            fmt_mb(m_ours), fmt_mb(m_aten)]
                     rows.append(row)
-                    print(f"[{threads} thread{'s' if threads > 1 else ''}] {op} {case['shape']} "
+                    print(f"[{where}] {op} {case['shape']} "
                           f"{row[3]}: ours {row[4]} ms, ATen {row[5]} ms, ratio {row[6]}"
                           f" ({n} calls each)" + (f", mem ours {row[7]} MB, ATen {row[8]} MB"
                                                    if m_ours is not None else ""),
                           file=sys.stderr, flush=True)
                 del case
-    mem_method = ("peak RSS growth (VmHWM - VmRSS) in a fresh subprocess; counts all memory"
+    mem_method = ("peak of torch.cuda.max_memory_allocated above the memory live before the call"
+                  if on_gpu else
+                  "peak RSS growth (VmHWM - VmRSS) in a fresh subprocess; counts all memory"
                   if args.rss else
                   "peak of torch's CPU allocator total from torch.profiler(profile_memory=True) "
                   "memory events; counts tensor allocations (incl. the logits grad), not kernel "
