@@ -702,14 +702,17 @@ cudaError_t launch_forward(const cpu::AttentionShape& s, const void* q, const vo
   return detail::launch(kernel, static_cast<unsigned>(blocks), C::kThreads, C::kSharedBytes, stream, p);
 }
 
-// The larger query tile where the device's shared memory holds it.
+// The larger query tile where the device's shared memory holds it (any device within 48 KB).
 template <typename T, int DMAX>
 cudaError_t launch_forward_fitting(const cpu::AttentionShape& s, const void* q, const void* k,
                                    const void* v, void* out, float* lse, cudaStream_t stream) {
-  if (ForwardConfig<DMAX, 64>::kSharedBytes <= shared_memory_limit()) {
-    return launch_forward<T, DMAX, 64>(s, q, k, v, out, lse, stream);
+  constexpr size_t kLargeTileBytes = ForwardConfig<DMAX, 64>::kSharedBytes;
+  if constexpr (kLargeTileBytes > kMaxSharedBytesNoOptIn) {
+    if (kLargeTileBytes > shared_memory_limit()) {
+      return launch_forward<T, DMAX, 32>(s, q, k, v, out, lse, stream);
+    }
   }
-  return launch_forward<T, DMAX, 32>(s, q, k, v, out, lse, stream);
+  return launch_forward<T, DMAX, 64>(s, q, k, v, out, lse, stream);
 }
 
 template <typename T>
@@ -737,14 +740,17 @@ cudaError_t launch_backward_main(const cpu::AttentionShape& s, const BackwardPar
   return detail::launch(kernel, static_cast<unsigned>(blocks), C::kThreads, C::kSharedBytes, stream, p);
 }
 
-// The larger tiles where the device's shared memory holds them.
+// The larger tiles where the device's shared memory holds them (any device within 48 KB).
 template <typename T, int DMAX>
 cudaError_t launch_backward_main_fitting(const cpu::AttentionShape& s, const BackwardParams& p,
                                          cudaStream_t stream) {
-  if (BackwardConfig<DMAX, 32, 64>::kSharedBytes <= shared_memory_limit()) {
-    return launch_backward_main<T, DMAX, 32, 64>(s, p, stream);
+  constexpr size_t kLargeTileBytes = BackwardConfig<DMAX, 32, 64>::kSharedBytes;
+  if constexpr (kLargeTileBytes > kMaxSharedBytesNoOptIn) {
+    if (kLargeTileBytes > shared_memory_limit()) {
+      return launch_backward_main<T, DMAX, 16, 32>(s, p, stream);
+    }
   }
-  return launch_backward_main<T, DMAX, 16, 32>(s, p, stream);
+  return launch_backward_main<T, DMAX, 32, 64>(s, p, stream);
 }
 
 template <typename T>
