@@ -1,0 +1,179 @@
+"""The op-boundary contract, checked the same way for every pygpt op.
+
+Every op (attention, layer_norm, cross_entropy) rejects bad input at its boundary -- wrong dtype,
+rank or size, an out-of-range value, a tensor on another device -- with an error whose message
+names the offending argument and says what was expected. This holds through the public wrapper
+(`pygpt.ops.*`) and the raw op (`torch.ops.pygpt.*`); the device check is also run on the CPU
+kernel directly, since through the dispatcher a meta tensor is routed to the fake implementation
+instead.
+
+Each op is one `Contract` (ATTENTION, LAYER_NORM, CROSS_ENTROPY): the names of its tensor
+arguments, the raw op's other arguments (the public wrapper's defaults), valid inputs, its
+bad-input cases and the argument moved off the CPU for the bad-device case. `test_bad_input` and
+`test_bad_device` run over all of them. Op-specific checks that do not fit the table stay in the op's own test file (e.g.
+test_cross_entropy.test_bad_target_backward_path).
+"""
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+import pytest
+import torch
+
+import pygpt.ops
+from helpers import WHAT_DEVICE, WHAT_DTYPE, WHAT_RANGE, WHAT_RANK, WHAT_SIZE, raises_naming, rand
+
+CALLERS = ("public", "raw")
+CPU_KERNEL = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+class Bad(NamedTuple):
+    args: tuple  # the op's tensor arguments, one or more of them bad
+    arg: str  # the argument the error must name (a prefix when it ends with '*')
+    what: str  # regex for what was expected (helpers.WHAT_*)
+
+
+@dataclass(frozen=True)
+class Contract:
+    name: str  # pygpt.ops.<name> and torch.ops.pygpt.<name>
+    arg_names: tuple  # names of the tensor arguments, in order
+    options: tuple  # the raw op's non-tensor arguments: the public wrapper's defaults
+    good: Callable[[], tuple]  # valid tensor arguments
+    bad: dict  # case name -> Bad
+    off_device: str  # the argument moved to the meta device in test_bad_device
+
+    def call(self, caller, *tensors):
+        op = getattr(torch.ops.pygpt, self.name)
+        if caller == "public":
+            return getattr(pygpt.ops, self.name)(*tensors)
+        if caller == "raw":
+            return op(*tensors, *self.options)
+        assert caller == "cpu_kernel", caller
+        return op.default.redispatch(CPU_KERNEL, *tensors, *self.options)
+
+
+# --- attention: q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv) -----------------------------------
+
+
+def _attention_good():
+    B, H, Tq, Tk, Dk, Dv = 2, 3, 5, 6, 4, 7
+    return rand(B, H, Tq, Dk), rand(B, H, Tk, Dk), rand(B, H, Tk, Dv)
+
+
+def _attention_bad():
+    q, k, v = _attention_good()
+    return {
+        "q_float16": Bad((q.half(), k, v), "q", WHAT_DTYPE),
+        "q_bfloat16": Bad((q.bfloat16(), k.bfloat16(), v.bfloat16()), "q", WHAT_DTYPE),
+        "q_int": Bad((q.long(), k, v), "q", WHAT_DTYPE),
+        "k_float64": Bad((q, k.double(), v), "k", WHAT_DTYPE),
+        "v_float64": Bad((q, k, v.double()), "v", WHAT_DTYPE),
+        "q_rank3": Bad((q[0], k, v), "q", WHAT_RANK),
+        "k_rank5": Bad((q, k.unsqueeze(0), v), "k", WHAT_RANK),
+        "v_rank3": Bad((q, k, v[0]), "v", WHAT_RANK),
+        "k_batch": Bad((q, k[:1], v), "k", WHAT_SIZE),
+        "v_batch": Bad((q, k, v[:1]), "v", WHAT_SIZE),
+        "k_heads": Bad((q, k[:, :2], v), "k", WHAT_SIZE),
+        "v_heads": Bad((q, k, v[:, :1]), "v", WHAT_SIZE),
+        "v_Tk": Bad((q, k, v[:, :, :5]), "v", WHAT_SIZE),
+        "k_Dk": Bad((q, k[..., :3], v), "k", WHAT_SIZE),
+    }
+
+
+ATTENTION = Contract("attention", ("q", "k", "v"), options=(True, None),  # causal, scale
+                     good=_attention_good, bad=_attention_bad(), off_device="k")
+
+
+# --- layer_norm: x (..., C), weight (C) or None, bias (C) or None -----------------------------
+
+
+def _layer_norm_good():
+    return rand(4, 6), rand(6), rand(6)
+
+
+def _layer_norm_bad():
+    x, w, b = _layer_norm_good()
+    return {
+        "x_float16": Bad((x.half(), w.half(), b.half()), "x", WHAT_DTYPE),
+        "x_int": Bad((x.long(), None, None), "x", WHAT_DTYPE),
+        "weight_float64": Bad((x, w.double(), b), "weight", WHAT_DTYPE),
+        "bias_float64": Bad((x, w, b.double()), "bias", WHAT_DTYPE),
+        "bias_float64_no_weight": Bad((x, None, b.double()), "bias", WHAT_DTYPE),
+        "weight_int": Bad((x, w.long(), b), "weight", WHAT_DTYPE),
+        "weight_len": Bad((x, rand(7), b), "weight", WHAT_SIZE),
+        "weight_2d": Bad((x, w.unsqueeze(0), b), "weight", WHAT_RANK),
+        "bias_len": Bad((x, w, rand(5)), "bias", WHAT_SIZE),
+        "bias_2d_no_weight": Bad((x, None, b.reshape(2, 3)), "bias", WHAT_RANK),
+        "x_0d": Bad((torch.tensor(1.0), None, None), "x", WHAT_RANK),
+    }
+
+
+LAYER_NORM = Contract("layer_norm", ("x", "weight", "bias"), options=(1e-5,),  # eps
+                      good=_layer_norm_good, bad=_layer_norm_bad(), off_device="weight")
+
+
+# --- cross_entropy: logits (N, V), targets (N,) int64 in [0, V) -------------------------------
+
+
+def _cross_entropy_good():
+    return rand(6, 10), torch.randint(0, 10, (6,))
+
+
+def _with_target(t, row, value):
+    t = t.clone()
+    t[row] = value
+    return t
+
+
+def _cross_entropy_bad():
+    x, t = _cross_entropy_good()
+    big_x, big_t = rand(3000, 7), torch.randint(0, 7, (3000,))
+    what_index_dtype = WHAT_DTYPE + "|int|long"
+    return {
+        "logits_1d": Bad((x[0], t[:1]), "logits", WHAT_RANK),
+        "logits_3d": Bad((x.unsqueeze(0), t), "logits", WHAT_RANK),
+        "logits_float16": Bad((x.half(), t), "logits", WHAT_DTYPE),
+        "logits_int": Bad((x.long(), t), "logits", WHAT_DTYPE),
+        "targets_int32": Bad((x, t.int()), "targets", what_index_dtype),
+        "targets_float": Bad((x, t.float()), "targets", what_index_dtype),
+        "targets_2d": Bad((x, t.unsqueeze(1)), "targets", WHAT_RANK),
+        "targets_short": Bad((x, t[:5]), "targets", WHAT_SIZE),
+        "targets_long": Bad((x, torch.cat([t, t[:1]])), "targets", WHAT_SIZE),
+        "target_eq_V": Bad((x, _with_target(t, 3, 10)), "target*", WHAT_RANGE),
+        "target_negative": Bad((x, _with_target(t, 5, -1)), "target*", WHAT_RANGE),
+        "target_huge": Bad((x, _with_target(t, 0, 2**40)), "target*", WHAT_RANGE),
+        "target_last_row_big": Bad((big_x, _with_target(big_t, 2999, 7)), "target*", WHAT_RANGE),
+    }
+
+
+CROSS_ENTROPY = Contract("cross_entropy", ("logits", "targets"), options=(-100,),  # ignore_index
+                         good=_cross_entropy_good, bad=_cross_entropy_bad(), off_device="targets")
+
+
+CONTRACTS = {c.name: c for c in (ATTENTION, LAYER_NORM, CROSS_ENTROPY)}
+
+BAD_CASES = [pytest.param(op, case, id=f"{op}-{case}")
+             for op, contract in CONTRACTS.items() for case in contract.bad]
+
+
+@pytest.mark.parametrize("caller", CALLERS)
+@pytest.mark.parametrize("op, case", BAD_CASES)
+def test_bad_input(op, case, caller):
+    args, arg, what = CONTRACTS[op].bad[case]
+    with raises_naming(arg, what):
+        CONTRACTS[op].call(caller, *args)
+
+
+@pytest.mark.parametrize("caller", CALLERS + ("cpu_kernel",))
+@pytest.mark.parametrize("op", list(CONTRACTS))
+def test_bad_device(op, caller):
+    # A meta tensor stands in for "not on the CPU", mixed with CPU tensors. Through the dispatcher
+    # ("public", "raw") such a call is routed to the fake/meta implementation, which must still
+    # refuse mixed devices (ATen's meta functions do: "Tensor on device meta is not on the expected
+    # device cpu!"); "cpu_kernel" calls the CPU kernel directly, which checks devices itself.
+    contract = CONTRACTS[op]
+    args = list(contract.good())
+    i = contract.arg_names.index(contract.off_device)
+    args[i] = args[i].to("meta")
+    with raises_naming(contract.off_device, WHAT_DEVICE):
+        contract.call(caller, *args)
