@@ -21,7 +21,7 @@ std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::
                                                  const at::Tensor& v, bool causal,
                                                  std::optional<double> scale) {
   check_cpu_float(q, "pygpt.attention", "q");
-  const cpu::AttentionShape s = attention_shape(q, k, v, causal, scale);
+  const AttentionShape s = attention_shape(q, k, v, causal, scale);
   at::Tensor out = at::empty({s.B, s.H, s.Tq, s.Dv}, q.options());
   at::Tensor lse = at::empty({s.B, s.H, s.Tq}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "pygpt.attention", [&] {
@@ -39,7 +39,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
     const at::Tensor& out, const at::Tensor& lse, bool causal, std::optional<double> scale) {
   const char* op = "pygpt.attention_backward";
   check_cpu_float(q, op, "q");
-  const cpu::AttentionShape s = attention_shape(q, k, v, causal, scale);
+  const AttentionShape s = attention_shape(q, k, v, causal, scale);
   check_matches(grad_out, "grad_out", q, "q", op);
   check_matches(out, "out", q, "q", op);
   check_matches(lse, "lse", q, "q", op);

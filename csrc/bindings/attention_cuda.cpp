@@ -10,10 +10,10 @@
 namespace pygpt {
 namespace {
 
-cpu::AttentionShape checked_shape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  bool causal, std::optional<double> scale, const char* op) {
+AttentionShape checked_shape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             bool causal, std::optional<double> scale, const char* op) {
   check_cuda_float(q, op, "q");
-  const cpu::AttentionShape s = attention_shape(q, k, v, causal, scale);
+  const AttentionShape s = attention_shape(q, k, v, causal, scale);
   TORCH_CHECK(s.Dk <= cuda::kMaxHeadDim && s.Dv <= cuda::kMaxHeadDim, op,
               ": head dims up to ", cuda::kMaxHeadDim, " on CUDA, got Dk=", s.Dk, " Dv=", s.Dv);
   return s;
@@ -22,7 +22,7 @@ cpu::AttentionShape checked_shape(const at::Tensor& q, const at::Tensor& k, cons
 std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k,
                                                   const at::Tensor& v, bool causal,
                                                   std::optional<double> scale) {
-  const cpu::AttentionShape s = checked_shape(q, k, v, causal, scale, "pygpt.attention");
+  const AttentionShape s = checked_shape(q, k, v, causal, scale, "pygpt.attention");
   const c10::cuda::CUDAGuard guard(q.device());
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   at::Tensor out = at::empty({s.B, s.H, s.Tq, s.Dv}, q.options());
@@ -37,7 +37,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor& out, const at::Tensor& lse, bool causal, std::optional<double> scale) {
   const char* op = "pygpt.attention_backward";
-  const cpu::AttentionShape s = checked_shape(q, k, v, causal, scale, op);
+  const AttentionShape s = checked_shape(q, k, v, causal, scale, op);
   check_matches(grad_out, "grad_out", q, "q", op);
   check_matches(out, "out", q, "q", op);
   TORCH_CHECK(lse.device() == q.device() && lse.scalar_type() == at::kFloat, op,

@@ -28,8 +28,8 @@ void check_matches(const at::Tensor& t, const char* name, const at::Tensor& ref,
               " but ", ref_name, " has dtype ", ref.scalar_type());
 }
 
-cpu::AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                    bool causal, std::optional<double> scale) {
+AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               bool causal, std::optional<double> scale) {
   const char* op = "pygpt.attention";
   TORCH_CHECK(q.dim() == 4, op, ": q must be 4-D (B, H, Tq, Dk), got shape ", q.sizes());
   TORCH_CHECK(k.dim() == 4, op, ": k must be 4-D (B, H, Tk, Dk), got shape ", k.sizes());

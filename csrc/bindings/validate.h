@@ -6,7 +6,7 @@
 
 #include <optional>
 
-#include "cpu/attention.h"
+#include "common/attention_shape.h"
 
 namespace pygpt {
 
@@ -22,8 +22,8 @@ void check_matches(const at::Tensor& t, const char* name, const at::Tensor& ref,
 
 // q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv) agree; returns the shape with the default scale
 // 1/sqrt(Dk) filled in.
-cpu::AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                    bool causal, std::optional<double> scale);
+AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               bool causal, std::optional<double> scale);
 
 // weight and bias, when given, are (C,) for x (..., C), with x's dtype and device.
 void check_layer_norm_args(const at::Tensor& x, const std::optional<at::Tensor>& weight,

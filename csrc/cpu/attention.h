@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "common/attention_shape.h"
+
 namespace pygpt::cpu {
 
 // A strided view of a (B, H, T, D) tensor. Strides are in elements.
@@ -19,12 +21,6 @@ struct View4 {
   const T* at(int64_t b, int64_t h, int64_t t) const {
     return data + b * stride_b + h * stride_h + t * stride_t;
   }
-};
-
-struct AttentionShape {
-  int64_t B, H, Tq, Tk, Dk, Dv;
-  bool causal;  // bottom-right aligned: query i sees keys j <= i + (Tk - Tq)
-  double scale;
 };
 
 // Query rows per forward work item (one tile of one (batch, head)).

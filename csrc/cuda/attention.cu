@@ -37,19 +37,22 @@
 // 53.1 KB).
 #include "cuda/attention.h"
 
-#include <cuda_bf16.h>
-
 #include <climits>
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/kernel_utils.cuh"
 
 namespace pygpt::cuda {
 namespace {
 
-constexpr int kWarpSize = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
+using detail::ceil_div;
+using detail::from_float;
+using detail::kWarpSize;
+using detail::MaxOp;
+using detail::SumOp;
+using detail::to_float;
+using detail::warp_allreduce;
+
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kMaxSharedBytesNoOptIn = 48 * 1024;
@@ -65,34 +68,6 @@ __host__ __device__ __forceinline__ I max_of(I a, I b) {
 }
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
-
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    return __float2bfloat16_rn(x);
-  }
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    x = fmaxf(x, __shfl_xor_sync(kFullMask, x, offset));
-  }
-  return x;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    x += __shfl_xor_sync(kFullMask, x, offset);
-  }
-  return x;
-}
 
 // How many keys query i sees (a prefix of the keys); 0 for padding rows i >= Tq.
 __device__ __forceinline__ int64_t visible_keys(int64_t i, int64_t Tq, int64_t Tk, bool causal) {
@@ -301,7 +276,7 @@ __global__ void __launch_bounds__(ForwardConfig<DMAX, BQ>::kThreads,
         if (lane + kWarpSize * t >= nvis) s[r][t] = neg_inf();
         tile_max = fmaxf(tile_max, s[r][t]);
       }
-      const float m_new = fmaxf(m[r], warp_max(tile_max));
+      const float m_new = fmaxf(m[r], warp_allreduce(tile_max, MaxOp{}));
       const float shift = m_new == neg_inf() ? 0.f : m_new;  // no -inf - -inf
       const float correction = exp2f(m[r] - shift);
       float sum = 0.f;
@@ -344,7 +319,7 @@ __global__ void __launch_bounds__(ForwardConfig<DMAX, BQ>::kThreads,
   for (int r = 0; r < kRows; ++r) {
     const int64_t i = warp_first + r;
     if (i >= Tq) break;  // warp-uniform
-    const float row_sum = warp_sum(l[r]);
+    const float row_sum = warp_allreduce(l[r], SumOp{});
     T* const o = static_cast<T*>(p.out) + (bh * Tq + i) * Dv;
     const bool seen = row_sum > 0.f;  // at least one visible key (its term is exp2(0) = 1)
     const float inv = seen ? 1.f / row_sum : 0.f;
@@ -377,7 +352,7 @@ __global__ void __launch_bounds__(kElementwiseThreads)
     for (int c = lane; c < Dv; c += kWarpSize) {
       sum = fmaf(to_float(dout[row * Dv + c]), to_float(out[row * Dv + c]), sum);
     }
-    sum = warp_sum(sum);
+    sum = warp_allreduce(sum, SumOp{});
     if (lane == 0) delta[row] = sum;
     for (int c = lane; c < Dk; c += kWarpSize) dq_acc[row * Dk + c] = 0.f;
   }
@@ -645,13 +620,13 @@ __global__ void __launch_bounds__(BackwardConfig<DMAX, BQ, BK>::kThreads,
 // ------------------------------------------------------------------------------------------------
 // Launchers
 
-bool valid_shape(const cpu::AttentionShape& s) {
+bool valid_shape(const AttentionShape& s) {
   return s.B >= 0 && s.H >= 0 && s.Tq >= 0 && s.Tk >= 0 && s.Dk >= 0 && s.Dv >= 0 &&
          s.Dk <= kMaxHeadDim && s.Dv <= kMaxHeadDim;
 }
 
 // The smallest instantiated maximum head dim that holds both Dk and Dv.
-int head_dim_bucket(const cpu::AttentionShape& s) {
+int head_dim_bucket(const AttentionShape& s) {
   const int64_t d = max_of(s.Dk, s.Dv);
   return d <= 32 ? 32 : d <= 64 ? 64 : 128;
 }
@@ -680,17 +655,17 @@ cudaError_t prepare_shared_memory(Kernel kernel, size_t bytes) {
 
 unsigned elementwise_blocks(int64_t work_items, int64_t per_block) {
   return static_cast<unsigned>(
-      min_of<int64_t>((work_items + per_block - 1) / per_block, kMaxElementwiseBlocks));
+      min_of<int64_t>(ceil_div(work_items, per_block), kMaxElementwiseBlocks));
 }
 
 template <typename T, int DMAX, int BQ>
-cudaError_t launch_forward(const cpu::AttentionShape& s, const void* q, const void* k,
+cudaError_t launch_forward(const AttentionShape& s, const void* q, const void* k,
                            const void* v, void* out, float* lse, cudaStream_t stream) {
   using C = ForwardConfig<DMAX, BQ>;
   ForwardParams p;
   p.q = q, p.k = k, p.v = v, p.out = out, p.lse = lse;
   p.Tq = s.Tq, p.Tk = s.Tk;
-  p.q_tiles = (s.Tq + C::kBlockQ - 1) / C::kBlockQ;
+  p.q_tiles = ceil_div(s.Tq, C::kBlockQ);
   p.Dk = static_cast<int>(s.Dk), p.Dv = static_cast<int>(s.Dv);
   p.q_mul = static_cast<float>(s.scale * 1.4426950408889634);
   p.causal = s.causal;
@@ -704,7 +679,7 @@ cudaError_t launch_forward(const cpu::AttentionShape& s, const void* q, const vo
 
 // The larger query tile where the device's shared memory holds it (any device within 48 KB).
 template <typename T, int DMAX>
-cudaError_t launch_forward_fitting(const cpu::AttentionShape& s, const void* q, const void* k,
+cudaError_t launch_forward_fitting(const AttentionShape& s, const void* q, const void* k,
                                    const void* v, void* out, float* lse, cudaStream_t stream) {
   constexpr size_t kLargeTileBytes = ForwardConfig<DMAX, 64>::kSharedBytes;
   if constexpr (kLargeTileBytes > kMaxSharedBytesNoOptIn) {
@@ -716,7 +691,7 @@ cudaError_t launch_forward_fitting(const cpu::AttentionShape& s, const void* q, 
 }
 
 template <typename T>
-cudaError_t forward_typed(const cpu::AttentionShape& s, const void* q, const void* k,
+cudaError_t forward_typed(const AttentionShape& s, const void* q, const void* k,
                           const void* v, void* out, float* lse, cudaStream_t stream) {
   switch (head_dim_bucket(s)) {
     case 32: return launch_forward_fitting<T, 32>(s, q, k, v, out, lse, stream);
@@ -726,11 +701,11 @@ cudaError_t forward_typed(const cpu::AttentionShape& s, const void* q, const voi
 }
 
 template <typename T, int DMAX, int BQ, int BK>
-cudaError_t launch_backward_main(const cpu::AttentionShape& s, const BackwardParams& base,
+cudaError_t launch_backward_main(const AttentionShape& s, const BackwardParams& base,
                                  cudaStream_t stream) {
   using C = BackwardConfig<DMAX, BQ, BK>;
   BackwardParams p = base;
-  p.k_tiles = (s.Tk + C::kBlockK - 1) / C::kBlockK;
+  p.k_tiles = ceil_div(s.Tk, C::kBlockK);
   const int64_t blocks = s.B * s.H * p.k_tiles;
   if (blocks == 0) return cudaSuccess;
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
@@ -742,7 +717,7 @@ cudaError_t launch_backward_main(const cpu::AttentionShape& s, const BackwardPar
 
 // The larger tiles where the device's shared memory holds them (any device within 48 KB).
 template <typename T, int DMAX>
-cudaError_t launch_backward_main_fitting(const cpu::AttentionShape& s, const BackwardParams& p,
+cudaError_t launch_backward_main_fitting(const AttentionShape& s, const BackwardParams& p,
                                          cudaStream_t stream) {
   constexpr size_t kLargeTileBytes = BackwardConfig<DMAX, 32, 64>::kSharedBytes;
   if constexpr (kLargeTileBytes > kMaxSharedBytesNoOptIn) {
@@ -754,7 +729,7 @@ cudaError_t launch_backward_main_fitting(const cpu::AttentionShape& s, const Bac
 }
 
 template <typename T>
-cudaError_t backward_typed(const cpu::AttentionShape& s, const void* q, const void* k,
+cudaError_t backward_typed(const AttentionShape& s, const void* q, const void* k,
                            const void* v, const void* out, const void* grad_out, const float* lse,
                            void* dq, void* dk, void* dv, void* workspace, cudaStream_t stream) {
   const int64_t rows = s.B * s.H * s.Tq;
@@ -795,25 +770,25 @@ cudaError_t backward_typed(const cpu::AttentionShape& s, const void* q, const vo
 
 }  // namespace
 
-cudaError_t attention_forward(const cpu::AttentionShape& s, DType dtype, const void* q,
+cudaError_t attention_forward(const AttentionShape& s, DType dtype, const void* q,
                               const void* k, const void* v, void* out, float* lse,
                               cudaStream_t stream) {
   if (!valid_shape(s)) return cudaErrorInvalidValue;
   if (s.B * s.H * s.Tq == 0) return cudaSuccess;  // no output; Tk == 0 still writes 0 and -inf
   switch (dtype) {
     case DType::kFloat32: return forward_typed<float>(s, q, k, v, out, lse, stream);
-    case DType::kBFloat16: return forward_typed<__nv_bfloat16>(s, q, k, v, out, lse, stream);
+    case DType::kBFloat16: return forward_typed<uint16_t>(s, q, k, v, out, lse, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-size_t attention_backward_workspace_bytes(const cpu::AttentionShape& s) {
+size_t attention_backward_workspace_bytes(const AttentionShape& s) {
   if (!valid_shape(s)) return 0;
   const int64_t rows = s.B * s.H * s.Tq;
   return static_cast<size_t>(rows * (s.Dk + 1)) * sizeof(float);  // dQ accumulator, then delta
 }
 
-cudaError_t attention_backward(const cpu::AttentionShape& s, DType dtype, const void* q,
+cudaError_t attention_backward(const AttentionShape& s, DType dtype, const void* q,
                                const void* k, const void* v, const void* out,
                                const void* grad_out, const float* lse, void* dq, void* dk,
                                void* dv, void* workspace, cudaStream_t stream) {
@@ -823,8 +798,8 @@ cudaError_t attention_backward(const cpu::AttentionShape& s, DType dtype, const 
     case DType::kFloat32:
       return backward_typed<float>(s, q, k, v, out, grad_out, lse, dq, dk, dv, workspace, stream);
     case DType::kBFloat16:
-      return backward_typed<__nv_bfloat16>(s, q, k, v, out, grad_out, lse, dq, dk, dv, workspace,
-                                           stream);
+      return backward_typed<uint16_t>(s, q, k, v, out, grad_out, lse, dq, dk, dv, workspace,
+                                      stream);
   }
   return cudaErrorInvalidValue;
 }

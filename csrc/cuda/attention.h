@@ -1,7 +1,7 @@
 // Flash attention on CUDA: the mirror of cpu/attention.h for contiguous (B, H, T, D) tensors.
 #pragma once
 
-#include "cpu/attention.h"  // AttentionShape: sizes, causal flag (bottom-right aligned), scale
+#include "common/attention_shape.h"
 #include "cuda/common.h"
 
 namespace pygpt::cuda {
@@ -11,16 +11,16 @@ constexpr int64_t kMaxHeadDim = 128;
 
 // out (B,H,Tq,Dv) in dtype and lse (B,H,Tq) in float32, from q (B,H,Tq,Dk), k (B,H,Tk,Dk),
 // v (B,H,Tk,Dv) in dtype. Rows that see no key get out = 0 and lse = -inf.
-cudaError_t attention_forward(const cpu::AttentionShape& s, DType dtype, const void* q,
+cudaError_t attention_forward(const AttentionShape& s, DType dtype, const void* q,
                               const void* k, const void* v, void* out, float* lse,
                               cudaStream_t stream);
 
 // Bytes of float32 scratch attention_backward needs (dQ accumulator and the rowsum(dO * O)).
-size_t attention_backward_workspace_bytes(const cpu::AttentionShape& s);
+size_t attention_backward_workspace_bytes(const AttentionShape& s);
 
 // dq, dk, dv (dtype, shapes of q, k, v) from grad_out and the forward's out and lse.
 // workspace: attention_backward_workspace_bytes(s) bytes of device memory, contents ignored.
-cudaError_t attention_backward(const cpu::AttentionShape& s, DType dtype, const void* q,
+cudaError_t attention_backward(const AttentionShape& s, DType dtype, const void* q,
                                const void* k, const void* v, const void* out,
                                const void* grad_out, const float* lse, void* dq, void* dk,
                                void* dv, void* workspace, cudaStream_t stream);

@@ -1,6 +1,7 @@
-// Helpers shared by the CUDA kernels: how they are launched and reach dynamic shared memory (all
-// three), and for the row-wise ones (layer norm, cross-entropy) element conversion, 16-byte
-// vector loads and stores, and deterministic warp / thread-group reductions.
+// Helpers shared by the CUDA kernels (attention, layer norm, cross-entropy): how they are launched
+// and reach dynamic shared memory, element conversion and deterministic warp reductions; for the
+// row-wise ones (layer norm, cross-entropy) also 16-byte vector loads and stores and thread-group
+// reductions.
 // Framework-free: cuda_runtime.h and cuda_bf16.h only. Internal to csrc/cuda/*.cu.
 #pragma once
 

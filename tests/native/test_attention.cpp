@@ -12,7 +12,7 @@
 namespace {
 
 using namespace pygpt::test;
-using pygpt::cpu::AttentionShape;
+using pygpt::AttentionShape;
 using pygpt::cpu::View4;
 
 // How a (B, H, T, D) tensor is laid out in its buffer.

@@ -34,7 +34,7 @@
 namespace {
 
 using namespace pygpt::test;
-using pygpt::cpu::AttentionShape;
+using pygpt::AttentionShape;
 using pygpt::cpu::View4;
 using pygpt::cuda::DType;
 
