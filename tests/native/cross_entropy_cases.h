@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "test_support.h"
 
@@ -41,6 +42,29 @@ inline int64_t draw_target(Pattern pattern, int64_t V, double ignored_fraction,
   const int64_t visible = pattern == Pattern::kMaskedTail ? (V + 1) / 2 : V;
   return rng.uniform() < ignored_fraction || visible == 0 ? ignore_index
                                                           : rng.integer(0, visible);
+}
+
+// Rows that hold NaN, +inf or only -inf, with their targets (ignore_index marks row 4): the
+// kernels must give NaN lse and gradients for rows 2, 3 and 6, lse -inf for row 1, finite results
+// for rows 0 and 5, and a zero gradient for the ignored row 4.
+constexpr int64_t kNonFiniteRows = 7, kNonFiniteV = 5, kNonFiniteIgnoredRow = 4;
+
+template <typename T>
+std::vector<T> non_finite_logits() {
+  const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
+  return {
+      0,    1,    2,    3,    4,     // finite
+      -inf, -inf, -inf, -inf, -inf,  // all -inf
+      0,    nan,  2,    3,    4,     // NaN
+      0,    1,    inf,  3,    4,     // +inf
+      0,    nan,  inf,  3,    4,     // NaN and +inf, target ignored
+      -inf, 1,    -inf, 3,    -inf,  // partly -inf: finite
+      -inf, nan,  -inf, -inf, -inf,  // NaN among -inf
+  };
+}
+
+inline std::vector<int64_t> non_finite_targets(int64_t ignore_index) {
+  return {2, 0, 1, 4, ignore_index, 1, 3};
 }
 
 }  // namespace pygpt::test

@@ -150,17 +150,10 @@ void run_all(Rng& rng) {
 // does (lse -inf for an all -inf row), while ignored rows still get zero gradients.
 template <typename T>
 void check_non_finite_rows() {
-  const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
-  const int64_t N = 6, V = 5, ignore = -1;
-  const std::vector<T> logits = {
-      0,    1,    2,    3,    4,     // finite
-      -inf, -inf, -inf, -inf, -inf,  // all -inf
-      0,    nan,  2,    3,    4,     // NaN
-      0,    1,    inf,  3,    4,     // +inf
-      0,    nan,  inf,  3,    4,     // NaN and +inf, target ignored
-      -inf, 1,    -inf, 3,    -inf,  // partly -inf: finite
-  };
-  const std::vector<int64_t> targets = {2, 0, 1, 4, ignore, 1};
+  const T inf = std::numeric_limits<T>::infinity();
+  const int64_t N = kNonFiniteRows, V = kNonFiniteV, ignore = -1;
+  const std::vector<T> logits = non_finite_logits<T>();
+  const std::vector<int64_t> targets = non_finite_targets(ignore);
   std::vector<T> lse(N), grad(N * V);
   const double loss = cross_entropy_forward(logits.data(), V, targets.data(), V, ignore,
                                             lse.data(), 0, N);
@@ -169,14 +162,14 @@ void check_non_finite_rows() {
   const std::string name = format("cross_entropy<%s> non-finite rows", type_name<T>());
   check(std::isfinite(lse[0]) && std::isfinite(lse[5]), name + ": finite rows have finite lse");
   check(lse[1] == -inf, name + ": all -inf row has lse -inf");
-  check(std::isnan(lse[2]) && std::isnan(lse[3]) && std::isnan(lse[4]),
+  check(std::isnan(lse[2]) && std::isnan(lse[3]) && std::isnan(lse[4]) && std::isnan(lse[6]),
         name + ": NaN/+inf rows have NaN lse");
   check(std::isnan(loss), name + ": loss sum is NaN");
   bool finite_rows_ok = true, nan_rows_ok = true, ignored_row_zero = true;
   for (int64_t j = 0; j < V; ++j) {
     finite_rows_ok = finite_rows_ok && std::isfinite(grad[j]) && std::isfinite(grad[5 * V + j]);
-    for (int64_t i = 1; i <= 3; ++i) nan_rows_ok = nan_rows_ok && std::isnan(grad[i * V + j]);
-    ignored_row_zero = ignored_row_zero && grad[4 * V + j] == T(0);
+    for (int64_t i : {1, 2, 3, 6}) nan_rows_ok = nan_rows_ok && std::isnan(grad[i * V + j]);
+    ignored_row_zero = ignored_row_zero && grad[kNonFiniteIgnoredRow * V + j] == T(0);
   }
   check(finite_rows_ok, name + ": finite rows have finite gradients");
   check(nan_rows_ok, name + ": non-finite rows have NaN gradients");

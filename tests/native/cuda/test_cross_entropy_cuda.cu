@@ -197,21 +197,10 @@ void run_case(const Case& c, bool bf16, Rng& rng) {
 // Rows holding NaN or +inf give lse NaN and NaN gradients, a row of only -inf gives lse -inf,
 // ignored rows stay zero whatever they hold (as the CPU kernels do).
 void check_non_finite_rows(bool bf16) {
-  const float inf = std::numeric_limits<float>::infinity();
-  const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::string name =
       format("cross_entropy_cuda<%s> non-finite rows", bf16 ? "bf16" : "float");
-  Problem p{7, 5, 5,
-            {
-                0,    1,    2,    3,    4,     // finite
-                -inf, -inf, -inf, -inf, -inf,  // all -inf
-                0,    nan,  2,    3,    4,     // NaN
-                0,    1,    inf,  3,    4,     // +inf
-                0,    nan,  inf,  3,    4,     // NaN and +inf, target ignored
-                -inf, 1,    -inf, 3,    -inf,  // partly -inf: finite
-                -inf, nan,  -inf, -inf, -inf,  // NaN among -inf
-            },
-            {2, 0, 1, 4, kIgnore, 1, 3}};
+  Problem p{kNonFiniteRows, kNonFiniteV, kNonFiniteV, non_finite_logits<float>(),
+            non_finite_targets(kIgnore)};
   const Reference ref = oracle(p);
   Device d(p, bf16, 0, 0);
   const Result r = run(p, bf16, d, name);
@@ -220,7 +209,9 @@ void check_non_finite_rows(bool bf16) {
   expect_close(name + " grad", r.grad.data(), ref.grad.data(), r.grad.size(), 1e-6,
                bf16 ? kGradRtol + kBf16Rtol : kGradRtol);
   bool ignored_zero = true;
-  for (int64_t j = 0; j < p.V; ++j) ignored_zero = ignored_zero && r.grad[4 * p.V + j] == 0.0f;
+  for (int64_t j = 0; j < p.V; ++j) {
+    ignored_zero = ignored_zero && r.grad[kNonFiniteIgnoredRow * p.V + j] == 0.0f;
+  }
   check(ignored_zero, name + ": ignored non-finite row has zero gradient");
 }
 
