@@ -82,7 +82,7 @@ setup(
     version="0.1.0",
     description="A small GPT trained and served on its own C++ kernels",
     packages=find_packages(include=["pygpt", "pygpt.*"]),
-    package_data={"pygpt": ["data/tinyshakespeare.txt"]},
+    package_data={"pygpt": ["corpus/tinyshakespeare.txt"]},
     python_requires=">=3.9",
     # Built against the installed torch; any version in this range that is already installed
     # satisfies it, so pip never downloads another one. Rebuild after upgrading torch.

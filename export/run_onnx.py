@@ -19,6 +19,8 @@ from typing import Iterator, Optional
 import numpy as np
 import onnxruntime as ort
 
+RUNNER_CONFIG = "runner.json"  # the export's config (pygpt.run_files names it; no pygpt here)
+
 
 class CharTokenizer:
     """The character tokenizer of pygpt (tokenizer.json with kind 'char')."""
@@ -79,9 +81,10 @@ class OnnxGPT:
 
     def __init__(self, folder: str, variant: str = "fp32", threads: Optional[int] = None):
         self.folder = Path(folder)
-        config_path = self.folder / "config.json"
+        config_path = self.folder / RUNNER_CONFIG
         if not config_path.exists():
-            raise FileNotFoundError(f"{self.folder} has no config.json: not a pygpt ONNX export")
+            raise FileNotFoundError(f"{self.folder} has no {RUNNER_CONFIG}: not a pygpt ONNX "
+                                    "export (or one made before it was named so: export again)")
         self.config = json.loads(config_path.read_text(encoding="utf-8"))
         if variant not in self.config["models"]:
             raise ValueError(f"no {variant} model in {self.folder} "
@@ -110,7 +113,7 @@ class OnnxGPT:
 def next_token(logits: np.ndarray, greedy: bool = False, temperature: float = 1.0,
                top_k: Optional[int] = None, top_p: Optional[float] = None,
                rng: Optional[np.random.Generator] = None) -> np.ndarray:
-    """logits (batch, vocab) -> token ids (batch,); pygpt.sampling.next_token's rules."""
+    """logits (batch, vocab) -> token ids (batch,); pygpt.decoding.next_token's rules."""
     if greedy:
         return logits.argmax(axis=-1)
     rng = rng or np.random.default_rng()
@@ -134,7 +137,7 @@ def next_token(logits: np.ndarray, greedy: bool = False, temperature: float = 1.
 
 def stream(model: OnnxGPT, ids: np.ndarray, max_new_tokens: int, **sampling) -> Iterator[np.ndarray]:
     """Yields max_new_tokens new tokens (batch,) continuing ids (batch, T); the window slides
-    past the context length as pygpt.generation does."""
+    past the context length as pygpt.decoding does."""
     block, keep = model.config["block_size"], model.config["window_keep"]
     tokens = ids
     start = max(0, tokens.shape[1] - block)
@@ -154,7 +157,7 @@ def stream(model: OnnxGPT, ids: np.ndarray, max_new_tokens: int, **sampling) -> 
 
 def main(argv: Optional[list[str]] = None) -> None:
     p = argparse.ArgumentParser(description="Generate text from a pygpt ONNX export.")
-    p.add_argument("--model", required=True, help="the export folder (config.json, model.onnx)")
+    p.add_argument("--model", required=True, help="the export folder (runner.json, model.onnx)")
     p.add_argument("--int8", action="store_true", help="use the int8-quantized model")
     p.add_argument("--prompt", default="\n")
     p.add_argument("--max-new-tokens", type=int, default=500)

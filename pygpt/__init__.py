@@ -1,4 +1,4 @@
-"""pygpt: a small GPT trained and served on its own C++ kernels.
+"""pygpt: small transformers trained and served on their own C++ kernels.
 
     model, tokenizer = pygpt.load("out/")
     ids = torch.tensor([tokenizer.encode("ROMEO:")])

@@ -3,7 +3,11 @@ model.safetensors (the weights: plain tensors, safe to load from strangers) and,
 train_state.pt (optimizer, step, RNG states: tensors and numbers only, loaded with
 torch.load(weights_only=True), which never unpickles arbitrary objects). Every file is written
 atomically, and all three record their step, so files left inconsistent by a kill between two
-writes are detected instead of loaded."""
+writes are detected instead of loaded.
+
+The model is rebuilt from its config by pygpt.models.build (the config's `arch` picks the
+family). Format 1 checkpoints (written before the models were assembled from pygpt.nn) name the
+GPT's embedding weights differently; they load through LEGACY_NAMES."""
 from __future__ import annotations
 
 import json
@@ -12,18 +16,22 @@ from typing import Any, Optional, Union
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, save_model
+from torch import nn
 
 from pygpt.config import ModelConfig, TrainConfig, config_from_dict, to_dict
 from pygpt.io import atomic_write, atomic_write_text
-from pygpt.model import GPT
-from pygpt.tokenizer import CharTokenizer, load_tokenizer
+from pygpt.models import build
+from pygpt.run_files import CONFIG, TOKENIZER, TRAIN_STATE, WEIGHTS
+from pygpt.tokenizer import Tokenizer, load_tokenizer
 
-CONFIG, TOKENIZER, WEIGHTS, STATE = "config.json", "tokenizer.json", "model.safetensors", "train_state.pt"
-FORMAT = 1
+FORMAT = 2
+READABLE_FORMATS = (1, 2)
+# Format 1 weight names -> today's (prefixes).
+LEGACY_NAMES = {"tok_emb.": "embed.tok.", "pos_emb.": "embed.pos.", "embed_norm.": "embed.norm."}
 
 
-def save(out_dir: Union[str, Path], model: GPT, tokenizer: CharTokenizer,
+def save(out_dir: Union[str, Path], model: nn.Module, tokenizer: Tokenizer,
          train_cfg: Optional[TrainConfig] = None, state: Optional[dict[str, Any]] = None,
          step: int = 0) -> None:
     """Writes the checkpoint files into out_dir (created if needed). The weights go first and
@@ -32,10 +40,10 @@ def save(out_dir: Union[str, Path], model: GPT, tokenizer: CharTokenizer,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model_cfg = to_dict(model.config)
-    metadata = {"step": str(step), "model_config": json.dumps(model_cfg)}
+    metadata = {"format": str(FORMAT), "step": str(step), "model_config": json.dumps(model_cfg)}
     atomic_write(out / WEIGHTS, lambda tmp: save_model(model, str(tmp), metadata=metadata))
     if state is not None:
-        atomic_write(out / STATE, lambda tmp: torch.save({**state, "step": step}, tmp))
+        atomic_write(out / TRAIN_STATE, lambda tmp: torch.save({**state, "step": step}, tmp))
     tokenizer.save(out / TOKENIZER)
     config = {"format": FORMAT, "step": step, "model": model_cfg,
               "train": to_dict(train_cfg) if train_cfg is not None else None}
@@ -62,13 +70,15 @@ def read_config(ckpt: Union[str, Path]) -> dict[str, Any]:
         raise FileNotFoundError(f"{path} is not a checkpoint: it has no {CONFIG}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path / CONFIG} is corrupt: {e}") from None
-    if not isinstance(config, dict) or config.get("format") != FORMAT or "model" not in config:
-        raise ValueError(f"{path / CONFIG} is not a pygpt checkpoint config (format {FORMAT})")
+    if (not isinstance(config, dict) or config.get("format") not in READABLE_FORMATS
+            or "model" not in config):
+        raise ValueError(f"{path / CONFIG} is not a pygpt checkpoint config (format "
+                         f"{' or '.join(map(str, READABLE_FORMATS))})")
     return config
 
 
 def load(ckpt: Union[str, Path], kernels: str = "ext",
-         device: Union[str, torch.device] = "cpu") -> tuple[GPT, CharTokenizer]:
+         device: Union[str, torch.device] = "cpu") -> tuple[nn.Module, Tokenizer]:
     """The model (in eval mode) and tokenizer saved in the folder ckpt.
 
     The weights file records the model config and step it was saved with. If config.json is
@@ -81,6 +91,10 @@ def load(ckpt: Union[str, Path], kernels: str = "ext",
     if not weights.exists():
         raise FileNotFoundError(f"{path} has no weights file {WEIGHTS}")
     meta = _weights_metadata(weights)
+    weights_format = meta.get("format", "1")  # format 1 weights did not record it
+    if weights_format not in {str(f) for f in READABLE_FORMATS}:
+        raise ValueError(f"{weights} is in weights format {weights_format!r}; this pygpt reads "
+                         f"format {' or '.join(map(str, READABLE_FORMATS))}")
     try:
         model_cfg: ModelConfig = config_from_dict(ModelConfig, config["model"])
         weights_cfg = (config_from_dict(ModelConfig, json.loads(meta["model_config"]))
@@ -98,15 +112,34 @@ def load(ckpt: Union[str, Path], kernels: str = "ext",
     if tokenizer.vocab_size != model_cfg.vocab_size:
         raise ValueError(f"{path}: the tokenizer has {tokenizer.vocab_size} tokens but the model "
                          f"was configured for {model_cfg.vocab_size}")
-    model = GPT(model_cfg, kernels=kernels)
+    model = build(model_cfg, kernels=kernels)
     try:
-        missing, unexpected = load_model(model, str(weights), strict=False, device=str(device))
+        state = load_file(str(weights), device=str(device))
+        if weights_format == "1":
+            state = {_legacy_name(name): t for name, t in state.items()}
+        _load_weights(model, state, weights)
     except (SafetensorError, RuntimeError, OSError) as e:
         raise ValueError(f"{weights} is truncated, corrupt or does not match {CONFIG}: {e}") from None
-    if missing or unexpected:
-        raise ValueError(f"{weights} does not match {CONFIG}: missing {sorted(missing)}, "
-                         f"unexpected {sorted(unexpected)}")
     return model.to(device).eval(), tokenizer
+
+
+def _legacy_name(name: str) -> str:
+    for old, new in LEGACY_NAMES.items():
+        if name.startswith(old):
+            return new + name[len(old):]
+    return name
+
+
+def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
+    """Loads every tensor of the model from state; a tensor the model shares between two names
+    (a tied head) is saved under one of them, and that suffices."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    own = model.state_dict()
+    loaded = {own[name].data_ptr() for name in state if name in own}
+    missing = [name for name in missing if own[name].data_ptr() not in loaded]
+    if missing or unexpected:
+        raise ValueError(f"{source} does not match {CONFIG}: missing {sorted(missing)}, "
+                         f"unexpected {sorted(unexpected)}")
 
 
 def weights_step(ckpt: Union[str, Path]) -> int:
@@ -115,9 +148,9 @@ def weights_step(ckpt: Union[str, Path]) -> int:
 
 def load_train_state(ckpt: Union[str, Path]) -> dict[str, Any]:
     """The training state saved for --resume, checked to be from the same step as the weights."""
-    path = Path(ckpt) / STATE
+    path = Path(ckpt) / TRAIN_STATE
     if not path.exists():
-        raise FileNotFoundError(f"{path.parent} has no {STATE}: nothing to resume")
+        raise FileNotFoundError(f"{path.parent} has no {TRAIN_STATE}: nothing to resume")
     try:
         state = torch.load(path, weights_only=True)
     except Exception as e:  # torch raises several types for damaged files

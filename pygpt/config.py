@@ -7,6 +7,11 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+# The kernel sets a model can run on (see pygpt.kernels): ours, and the plain-PyTorch reference.
+KERNEL_SETS = ("ext", "torch")
+# The model families pygpt.models.build can assemble.
+ARCHS = ("gpt",)
+
 
 def opt(default: Any, help: str) -> Any:
     """A dataclass field with its --help text."""
@@ -25,7 +30,10 @@ def check_field_types(cfg: Any) -> None:
                 continue
             hint = next(a for a in args if a is not type(None))
         if typing.get_origin(hint) is typing.Literal:
-            ok = value in typing.get_args(hint)
+            if value not in typing.get_args(hint):
+                choices = " or ".join(repr(c) for c in typing.get_args(hint))
+                raise ValueError(f"{f.name} must be {choices}, got {value!r}")
+            continue
         elif hint is float:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         elif hint is int:
@@ -40,6 +48,7 @@ def check_field_types(cfg: Any) -> None:
 class ModelConfig:
     """What a checkpoint's weights mean; saved in config.json beside them."""
 
+    arch: Literal[ARCHS] = opt("gpt", "model family: gpt (decoder-only)")
     vocab_size: int = opt(65, "tokens in the vocabulary: with --tokenizer bpe the size to train "
                               "(default 1024); a char tokenizer sets it from the text")
     block_size: int = opt(64, "context length in tokens")
@@ -64,13 +73,16 @@ class ModelConfig:
         check_field_types(self)
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        if self.pos_encoding not in ("learned", "sinusoidal"):
-            raise ValueError(f"pos_encoding must be 'learned' or 'sinusoidal', got {self.pos_encoding!r}")
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def head_dim(self) -> int:
+        """The width of one attention head."""
+        return self.n_embd // self.n_head
 
 
 @dataclass
@@ -105,7 +117,7 @@ class TrainConfig:
     eval_iters: int = opt(40, "batches per split per evaluation")
     seed: int = opt(1337, "seed for initialisation, data order and dropout")
     threads: Optional[int] = opt(None, "torch intra-op threads (default: torch's choice)")
-    kernels: Literal["ext", "torch"] = opt("ext", "our C++ kernels, or plain PyTorch ops")
+    kernels: Literal[KERNEL_SETS] = opt("ext", "our C++ kernels, or plain PyTorch ops")
     compile: bool = opt(False, "train through torch.compile (our ops compile without graph "
                                "breaks)")
     device: str = opt("cpu", "torch device")

@@ -5,7 +5,7 @@ Optimum use: inputs `input_ids` (batch, seq) and `past_key_values.{i}.key` / `.v
 (batch, heads, past, head_dim); outputs `logits` (batch, seq, vocab) and `present.{i}.key` /
 `.value` (batch, heads, past + seq, head_dim). Batch, sequence and past length are dynamic; a past
 of length 0 is the prefill, and positions are derived from the past length, so a decode step at
-any offset is right. Beside it: `tokenizer.json`, and `config.json` with what the runner needs.
+any offset is right. Beside it: `tokenizer.json`, and `runner.json` with what the runner needs.
 `--quantize int8` also writes `model.int8.onnx` (weights quantized by onnxruntime's own tooling).
 
 pygpt's custom ops are translated to standard ONNX ops (attention into MatMul/Softmax with the
@@ -30,10 +30,13 @@ import torch
 from onnxscript import opset18 as op
 
 from pygpt import checkpoint
-from pygpt.model import GPT, KVCache
+from pygpt.decoding import window_keep
+from pygpt.models import GPT
+from pygpt.nn import KVCache
+from pygpt.run_files import ONNX_FP32, ONNX_INT8, RUNNER_CONFIG, TOKENIZER
 
-MODEL_FP32, MODEL_INT8, RUNNER_CONFIG = "model.onnx", "model.int8.onnx", "config.json"
 OPSET = 18
+Past = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (keys, values)
 
 
 def _attention(q, k, v, causal: bool = True, scale: Optional[float] = None):
@@ -77,9 +80,9 @@ class _CachedStep(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, past: KVCache):
-        out = self.model(input_ids, past=past, use_cache=True)
-        return out.logits, out.present
+    def forward(self, input_ids: torch.Tensor, past: Past):
+        cache = KVCache.from_tensors(past)
+        return self.model(input_ids, cache=cache).logits, cache.tensors()
 
 
 def io_names(n_layer: int) -> tuple[list[str], list[str]]:
@@ -88,9 +91,9 @@ def io_names(n_layer: int) -> tuple[list[str], list[str]]:
             ["logits"] + [f"present.{i}.{name}" for i, name in kv])
 
 
-def empty_past(model: GPT, batch: int) -> KVCache:
+def empty_past(model: GPT, batch: int) -> Past:
     cfg = model.config
-    shape = (batch, cfg.n_head, 0, cfg.n_embd // cfg.n_head)
+    shape = (batch, cfg.n_head, 0, cfg.head_dim)
     return [(torch.zeros(shape), torch.zeros(shape)) for _ in range(cfg.n_layer)]
 
 
@@ -101,7 +104,7 @@ def _to_onnx(model: GPT, path: Path) -> None:
     batch = Dim("batch", min=1, max=4096)
     seq = Dim("seq", min=1, max=cfg.block_size)
     past_len = Dim("past", min=0, max=cfg.block_size)
-    head_dim = cfg.n_embd // cfg.n_head
+    head_dim = cfg.head_dim
     # Example inputs with distinct sizes so no dimension gets specialised to a constant.
     ids = torch.zeros(2, 3, dtype=torch.long)
     past = [(torch.zeros(2, cfg.n_head, 4, head_dim), torch.zeros(2, cfg.n_head, 4, head_dim))
@@ -129,15 +132,16 @@ def _check_against_torch(model: GPT, path: Path, tol: float = 1e-4) -> None:
     ids = torch.randint(model.config.vocab_size, (2, min(5, model.config.block_size)), generator=gen)
     past = empty_past(model, 2)
     for _ in range(2 if ids.shape[1] < model.config.block_size else 1):
-        with torch.no_grad():
-            expected = model(ids, past=past, use_cache=True)
         feeds = {"input_ids": ids.numpy()}
         feeds.update({name: t.numpy() for name, t in zip(inputs[1:], [t for kv in past for t in kv])})
+        cache = KVCache.from_tensors(past)
+        with torch.no_grad():
+            expected = model(ids, cache=cache).logits
         got = session.run(None, feeds)
-        err = float(np.abs(got[0] - expected.logits.numpy()).max())
+        err = float(np.abs(got[0] - expected.numpy()).max())
         if not err <= tol:
             raise RuntimeError(f"exported model disagrees with PyTorch: max logit error {err:.3g}")
-        ids, past = ids[:, -1:], expected.present
+        ids, past = ids[:, -1:], cache.tensors()
 
 
 def export(ckpt: Union[str, Path], out_dir: Union[str, Path],
@@ -151,27 +155,27 @@ def export(ckpt: Union[str, Path], out_dir: Union[str, Path],
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
     try:
-        _to_onnx(model, staging / MODEL_FP32)
-        _check_against_torch(model, staging / MODEL_FP32)
-        models = {"fp32": MODEL_FP32}
+        _to_onnx(model, staging / ONNX_FP32)
+        _check_against_torch(model, staging / ONNX_FP32)
+        models = {"fp32": ONNX_FP32}
         if quantize == "int8":
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
             logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice is noise here
-            quantize_dynamic(str(staging / MODEL_FP32), str(staging / MODEL_INT8),
+            quantize_dynamic(str(staging / ONNX_FP32), str(staging / ONNX_INT8),
                              weight_type=QuantType.QInt8)
-            models["int8"] = MODEL_INT8
-        tokenizer.save(staging / checkpoint.TOKENIZER)
+            models["int8"] = ONNX_INT8
+        tokenizer.save(staging / TOKENIZER)
         runner_config = {
             "format": 1, "models": models, "tokenizer": {"kind": tokenizer.kind,
-                                                         "file": checkpoint.TOKENIZER},
+                                                         "file": TOKENIZER},
             "special_tokens": {}, "vocab_size": cfg.vocab_size, "block_size": cfg.block_size,
-            "window_keep": max(1, cfg.block_size // 2), "n_layer": cfg.n_layer,
-            "n_head": cfg.n_head, "head_dim": cfg.n_embd // cfg.n_head, "opset": OPSET,
+            "window_keep": window_keep(cfg.block_size), "n_layer": cfg.n_layer,
+            "n_head": cfg.n_head, "head_dim": cfg.head_dim, "opset": OPSET,
             "inputs": io_names(cfg.n_layer)[0], "outputs": io_names(cfg.n_layer)[1]}
         (staging / RUNNER_CONFIG).write_text(json.dumps(runner_config, indent=2), encoding="utf-8")
         written = []
-        for name in [*models.values(), checkpoint.TOKENIZER, RUNNER_CONFIG]:
+        for name in [*models.values(), TOKENIZER, RUNNER_CONFIG]:
             os.replace(staging / name, out / name)
             written.append(out / name)
         return written

@@ -9,7 +9,8 @@ from typing import Optional
 import torch
 
 from pygpt.checkpoint import load
-from pygpt.sampling import Sampling
+from pygpt.config import KERNEL_SETS
+from pygpt.decoding import Sampling
 from pygpt.tokenizer import decode_stream
 
 
@@ -25,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
     p.add_argument("--no-cache", action="store_true",
                    help="re-run the whole window per token instead of using the KV cache")
-    p.add_argument("--kernels", choices=["ext", "torch"], default="ext",
+    p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
                    help="our C++ kernels (default), or plain PyTorch ops")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     return p

@@ -1,6 +1,12 @@
-"""The two sets of kernels a model can run on: ours (`ext`, the C++ ops of pygpt.ops) and plain
-PyTorch (`torch`, the reference path and the benchmarks' baseline). Both have the same
-signatures and semantics, so a model switches between them with one argument."""
+"""The kernel sets a model can run on: ours (`ext`, the C++ ops of pygpt.ops) and plain PyTorch
+(`torch`, the reference path and the benchmarks' baseline). Both have the same signatures and
+semantics, so a model switches between them by name.
+
+Modules that call kernels, and the modules built around them (blocks, embeddings, models), derive
+from KernelModule: setting `.kernels` on one (a whole model, or a single layer norm) switches it
+and every kernel module inside it. `use_kernels(module, name)` does the same for any module, such
+as a user's nn.Sequential of our blocks.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,8 +14,10 @@ from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from pygpt import ops
+from pygpt.config import KERNEL_SETS
 
 
 def torch_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
@@ -44,9 +52,36 @@ KERNELS: dict[str, Kernels] = {
     "ext": Kernels(ops.attention, ops.layer_norm, ops.cross_entropy),
     "torch": Kernels(torch_attention, torch_layer_norm, torch_cross_entropy),
 }
+assert tuple(KERNELS) == KERNEL_SETS, "pygpt.config.KERNEL_SETS names these kernel sets"
 
 
 def kernels(name: str) -> Kernels:
     if name not in KERNELS:
         raise ValueError(f"unknown kernels {name!r}; choose from {', '.join(KERNELS)}")
     return KERNELS[name]
+
+
+class KernelModule(nn.Module):
+    """A module whose forward calls a kernel set, `self.kern` (ours by default)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kernels_name = KERNEL_SETS[0]
+        self.kern = KERNELS[self._kernels_name]
+
+    @property
+    def kernels(self) -> str:
+        """The name of the kernel set in use; setting it switches every kernel module inside."""
+        return self._kernels_name
+
+    @kernels.setter
+    def kernels(self, name: str) -> None:
+        use_kernels(self, name)
+
+
+def use_kernels(module: nn.Module, name: str) -> None:
+    """Runs every kernel module in module (itself included) on the named kernel set."""
+    kern = kernels(name)
+    for m in module.modules():
+        if isinstance(m, KernelModule):
+            m.kern, m._kernels_name = kern, name

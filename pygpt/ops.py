@@ -1,12 +1,20 @@
-"""pygpt's kernels as differentiable PyTorch ops.
+"""pygpt's kernels as differentiable PyTorch ops: attention, layer_norm, cross_entropy.
 
-Importing this module loads the compiled extension, which registers `torch.ops.pygpt.*`
-(schemas in csrc/bindings/registration.cpp, CPU kernels in csrc/cpu/). Here each op gets its
-autograd formula (calling the op's own backward kernel) and a fake implementation, so the ops
-work under autograd, `torch.library.opcheck`, `torch.compile` and export.
+Importing this module loads the compiled extension `pygpt._C`, which registers
+`torch.ops.pygpt.*`. Where each part lives:
 
-The raw ops return what their backward needs besides the result (the log-sum-exp rows, the layer
-norm statistics); the functions below return only the result.
+- csrc/bindings/registration.cpp: the op schemas (forward and backward of each op);
+- csrc/cpu/ and csrc/cuda/: the kernels' math, framework-free (pointers and sizes in), so each
+  compiles and is tested on its own (tests/native; the CUDA ones also on a host emulator of CUDA);
+  csrc/common/: what both share (the attention shape);
+- csrc/bindings/*_cpu.cpp, *_cuda.cpp: the torch bindings, which check every argument at the op
+  boundary and register the kernel for the CPU or CUDA dispatch key (CUDA only in a CUDA build).
+
+Here each op gets its autograd formula (calling the op's own backward kernel) and a fake
+implementation, so the ops work under autograd, `torch.library.opcheck`, `torch.compile` and
+export. The raw ops return what their backward needs besides the result (the log-sum-exp rows,
+the layer norm statistics); the functions below return only the result. pygpt.kernels pairs
+them with their plain-PyTorch references.
 """
 from __future__ import annotations
 

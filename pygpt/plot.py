@@ -25,8 +25,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter
 
 from pygpt.io import atomic_write
+from pygpt.run_files import LOSS_PLOT, METRICS
 
-METRICS = "metrics.jsonl"  # written by pygpt.train, one JSON record per evaluation
 FIGSIZE = (11.0, 4.8)  # inches
 DPI = 120  # so the PNG is 1320 x 576 pixels
 
@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> None:
     args = build_parser().parse_args(argv)
-    out = args.out or (Path(args.runs[0]) / "loss.png" if len(args.runs) == 1 else "runs.png")
+    out = args.out or (Path(args.runs[0]) / LOSS_PLOT if len(args.runs) == 1 else "runs.png")
     try:
         written = plot_runs(args.runs, out, labels=args.labels)
     except (OSError, ValueError) as e:

@@ -60,3 +60,99 @@ WHAT_RANK = r"dim|rank|\dd\b|\d-d|shape|size"
 WHAT_SIZE = r"size|shape|dim|match|same|expect|must|but"
 WHAT_DEVICE = r"cpu|device"
 WHAT_RANGE = r"range|bound|valid|\[0|>=|<|class|index"
+
+
+# --- tiny GPT models (test_gpt, test_decoding) ------------------------------------------------
+
+import dataclasses  # noqa: E402  (only the GPT helpers below need these)
+
+from pygpt.config import ModelConfig, preset  # noqa: E402
+
+V = 23  # vocabulary of the random-token tests
+
+TINY = ModelConfig(vocab_size=V, block_size=16, n_layer=2, n_head=2, n_embd=32)
+
+# Architectures every model equivalence test runs on: the default block, fixed sinusoidal
+# positions, no biases / untied head with a bias, and the `seed` preset's shape (no MLP,
+# residual, W_O, block norms; an embedding norm and std-1 embeddings) at a small vocabulary.
+ARCHS = {
+    "learned": TINY,
+    "sinusoidal": dataclasses.replace(TINY, pos_encoding="sinusoidal"),
+    "untied-nobias": dataclasses.replace(TINY, bias=False, tie_weights=False, head_bias=True,
+                                         n_layer=1, n_head=4),
+    "seed": dataclasses.replace(preset("seed").model, vocab_size=V),
+}
+
+
+def make_model(cfg, kernels="ext", seed=0, spread=0.0):
+    """A GPT from a fixed seed. `spread` adds N(0, spread) noise to every parameter, so that
+    attention is far from uniform and logits are well separated (random init at std 0.02 makes
+    every attention row nearly uniform, which would hide a wrong mask or scale)."""
+    from pygpt.models import GPT  # here, so the kernel tests do not depend on the model
+
+    torch.manual_seed(seed)
+    model = GPT(cfg, kernels=kernels)
+    return spread_(model, spread) if spread else model
+
+
+def spread_(module, std=0.3):
+    """Adds N(0, std) noise to every parameter of module, in place (layer norms away from
+    identity, attention away from uniform), so that a wrong formula cannot hide behind a neutral
+    initialisation. Returns module."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn_like(p) * std)
+    return module
+
+
+def twin(model, kernels):
+    """A copy of model (same weights) running on the other kernels."""
+    other = type(model)(model.config, kernels=kernels)
+    other.load_state_dict(model.state_dict())
+    return other
+
+
+def rand_tokens(B, T, vocab=V, seed=1):
+    return torch.randint(vocab, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+# --- Tiny training runs and checkpoint folders ------------------------------------------------
+# Shared by test_train, test_checkpoint and test_cli (conftest.py builds its fixtures from them).
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from pygpt.config import ModelConfig, TrainConfig  # noqa: E402
+from pygpt.run_files import METRICS  # noqa: E402
+
+TINY_MODEL = ModelConfig(block_size=8, n_layer=1, n_head=2, n_embd=16)
+# The CLI flags of the same tiny run.
+TINY_FLAGS = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "8",
+              "--max-iters", "5", "--eval-interval", "5", "--eval-iters", "2",
+              "--batch-size", "4", "--quiet"]
+
+
+def tiny_train_cfg(text_file, out, **overrides):
+    base = dict(data=str(text_file), out=str(out), batch_size=4, max_iters=6, eval_interval=3,
+                eval_iters=2, warmup_iters=2, lr=3e-3, min_lr=3e-4, seed=5)
+    return TrainConfig(**{**base, **overrides})
+
+
+def state_dicts_equal(a, b):
+    """Asserts two state dicts hold the same names and bit-identical tensors."""
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), f"{name} differs, max abs diff " \
+                                              f"{(a[name] - b[name]).abs().max().item():.3e}"
+
+
+def metrics(out):
+    """The records of a run folder's metrics log."""
+    return [json.loads(line) for line in (Path(out) / METRICS).read_text().splitlines()]
+
+
+def edit_json(path, edit):
+    """Rewrites the JSON file at path after edit(data) changed it in place."""
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))

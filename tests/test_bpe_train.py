@@ -23,7 +23,9 @@ import pygpt.train
 from pygpt import checkpoint
 from pygpt import export as exporter
 from pygpt.data import SHIPPED_TEXT
-from pygpt.model import GPT
+from pygpt.decoding import Sampling
+from pygpt.models import GPT
+from pygpt.run_files import RUNNER_CONFIG
 from pygpt.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,8 +182,6 @@ def test_generate_from_bpe_with_unseen_characters(bpe_run, text_file, capsys):
 
 def test_generated_text_is_the_decoded_tokens(random_bpe_ckpt, capsys):
     """The streamed text (printed piece by piece) is the decoding of the generated tokens."""
-    from pygpt.sampling import Sampling
-
     model, tok = pygpt.load(random_bpe_ckpt)
     ids = torch.tensor([tok.encode(UNSEEN_PROMPT)])
     tokens = model.generate(ids, 40, sampling=Sampling(greedy=True))
@@ -208,7 +208,7 @@ def test_onnx_runner_greedy_equals_pygpt(bpe_run, random_bpe_ckpt, tmp_path, cap
     ckpt = bpe_run[0] if which == "trained" else random_bpe_ckpt
     onnx_dir = tmp_path / "onnx"
     exporter.export(ckpt, onnx_dir)
-    runner_config = json.loads((onnx_dir / "config.json").read_text())
+    runner_config = json.loads((onnx_dir / RUNNER_CONFIG).read_text())
     assert runner_config["tokenizer"]["kind"] == "bpe"
     assert (onnx_dir / "tokenizer.json").read_bytes() == (ckpt / "tokenizer.json").read_bytes()
     for prompt, n in [(UNSEEN_PROMPT, 40), ("ROMEO:", 25)]:

@@ -19,8 +19,8 @@ import torch
 
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.data import SHIPPED_TEXT
-from pygpt.model import GPT
-from pygpt.train import train
+from pygpt.models import GPT
+from pygpt.training import train
 
 
 def _inductor_available() -> tuple[bool, str]:

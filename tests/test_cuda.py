@@ -8,8 +8,8 @@ import torch
 
 import pygpt.ops as ops
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.model import GPT
-from pygpt.train import make_optimizer
+from pygpt.models import GPT
+from pygpt.training import make_optimizer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

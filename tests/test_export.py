@@ -15,7 +15,9 @@ import torch
 import pygpt
 from pygpt import export as exporter
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.train import train
+from pygpt.decoding import Sampling
+from pygpt.run_files import ONNX_FP32, ONNX_INT8, RUNNER_CONFIG, TOKENIZER
+from pygpt.training import train
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = ROOT / "export" / "run_onnx.py"
@@ -43,8 +45,10 @@ def exported(tmp_path_factory):
 def test_export_files(exported):
     _, onnx_dir = exported
     names = sorted(p.name for p in onnx_dir.iterdir())
-    assert names == ["config.json", "model.int8.onnx", "model.onnx", "tokenizer.json"]
-    config = json.loads((onnx_dir / "config.json").read_text())
+    assert names == ["model.int8.onnx", "model.onnx", "runner.json", "tokenizer.json"]
+    assert names == sorted([ONNX_INT8, ONNX_FP32, RUNNER_CONFIG, TOKENIZER])
+    assert _load_runner().RUNNER_CONFIG == RUNNER_CONFIG  # the runner cannot import pygpt
+    config = json.loads((onnx_dir / RUNNER_CONFIG).read_text())
     assert config["block_size"] == 24 and config["n_layer"] == 2 and config["head_dim"] == 16
     assert config["inputs"][:3] == ["input_ids", "past_key_values.0.key", "past_key_values.0.value"]
     assert config["outputs"][:2] == ["logits", "present.0.key"]
@@ -63,28 +67,26 @@ def test_logits_match_prefill_and_50_decode_steps(exported):
     model, _ = pygpt.load(ckpt)
     ids = torch.randint(model.config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        expected = model(ids, use_cache=True)
+        expected, cache = model.prefill(ids)
     logits, past = onnx_model.step(ids.numpy(), onnx_model.empty_past(2))
-    np.testing.assert_allclose(logits, expected.logits.numpy(), atol=1e-4, rtol=0)
-    cache = expected.present
+    np.testing.assert_allclose(logits, expected.numpy(), atol=1e-4, rtol=0)
     steps = 0
     while steps < 50:
-        if cache[0][0].shape[2] == model.config.block_size:  # context full: start a new prefill
+        if cache.length == model.config.block_size:  # context full: start a new prefill
             ids = ids[:, -4:]
             with torch.no_grad():
-                expected = model(ids, use_cache=True)
+                expected, cache = model.prefill(ids)
             logits, past = onnx_model.step(ids.numpy(), onnx_model.empty_past(2))
-            np.testing.assert_allclose(logits, expected.logits.numpy(), atol=1e-4, rtol=0)
-            cache = expected.present
-        nxt = expected.logits[:, -1].argmax(-1, keepdim=True)
+            np.testing.assert_allclose(logits, expected.numpy(), atol=1e-4, rtol=0)
+        nxt = expected[:, -1].argmax(-1, keepdim=True)
         with torch.no_grad():
-            expected = model(nxt, past=cache, use_cache=True)
+            expected = model.step(nxt, cache)  # extends the cache by one position
         logits, past = onnx_model.step(nxt.numpy(), past)
-        np.testing.assert_allclose(logits, expected.logits.numpy(), atol=1e-4, rtol=0)
-        for (k, v), onnx_k, onnx_v in zip(expected.present, past[0::2], past[1::2]):
+        np.testing.assert_allclose(logits, expected.numpy(), atol=1e-4, rtol=0)
+        for (k, v), onnx_k, onnx_v in zip(cache.tensors(), past[0::2], past[1::2]):
             np.testing.assert_allclose(onnx_k, k.numpy(), atol=1e-5)
             np.testing.assert_allclose(onnx_v, v.numpy(), atol=1e-5)
-        cache, ids = expected.present, torch.cat([ids, nxt], dim=1)
+        ids = torch.cat([ids, nxt], dim=1)
         steps += 1
 
 
@@ -93,8 +95,6 @@ def test_greedy_200_tokens_identical(exported):
     runner = _load_runner()
     model, tokenizer = pygpt.load(ckpt)
     prompt = tokenizer.encode("ROMEO:")
-    from pygpt.sampling import Sampling
-
     torch_tokens = model.generate(torch.tensor([prompt]), 200, sampling=Sampling(greedy=True))
     onnx_tokens = list(runner.stream(runner.OnnxGPT(str(onnx_dir)), np.array([prompt]), 200,
                                      greedy=True))
@@ -141,6 +141,15 @@ def test_runner_rejects_unknown_prompt_characters(exported):
     done = subprocess.run([sys.executable, str(RUNNER), "--model", str(onnx_dir), "--prompt",
                            "héllo ☃"], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "'☃'" in done.stderr and "vocabulary" in done.stderr
+
+
+def test_runner_refuses_a_folder_without_runner_config(exported, capsys):
+    """A checkpoint folder (its config.json is no runner config), or an export made before the
+    runner's config was named runner.json, is refused with a clear message."""
+    ckpt, _ = exported
+    with pytest.raises(SystemExit, match=rf"^error: .*no {RUNNER_CONFIG}: not a pygpt ONNX"):
+        _load_runner().main(["--model", str(ckpt), "--prompt", "ROMEO:"])
+    assert capsys.readouterr().out == ""
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):

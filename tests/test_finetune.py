@@ -15,11 +15,10 @@ import torch
 
 import pygpt
 import pygpt.train
-from pygpt import checkpoint
 from pygpt.config import TrainConfig, config_from_dict
 from pygpt.data import SHIPPED_TEXT, TokenFile, TokenSplits
-from pygpt.model import GPT
-from pygpt.train import evaluate, lr_at
+from pygpt.models import GPT
+from pygpt.training import evaluate, lr_at
 
 SHAPE = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16"]
 RUN = ["--eval-iters", "2", "--batch-size", "4", "--quiet"]
@@ -99,7 +98,7 @@ def test_fine_tune_starts_from_source_weights(src, texts, tmp_path):
     torch.manual_seed(cfg.seed)
     fresh = GPT(source_model.config)
     assert not state_dicts_equal(fresh.state_dict(), source_model.state_dict())
-    assert (fresh.tok_emb.weight - source_model.tok_emb.weight).abs().max() > 0.05
+    assert (fresh.embed.tok.weight - source_model.embed.tok.weight).abs().max() > 0.05
     fresh_loss = evaluate(fresh, splits, cfg, token_file.chars_per_token)["val_loss"]
     assert abs(fresh_loss - result["val_loss"]) > 0.1
 

@@ -13,7 +13,8 @@ import matplotlib.pyplot as plt
 import pytest
 
 import pygpt.plot
-from pygpt.plot import DPI, FIGSIZE, METRICS, main, plot_runs, read_metrics
+from pygpt.plot import DPI, FIGSIZE, main, plot_runs, read_metrics
+from pygpt.run_files import LOSS_PLOT, METRICS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 REPO = Path(__file__).resolve().parents[1]
@@ -117,8 +118,8 @@ def test_cli_default_paths(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     run = write_run(tmp_path / "r1")
     main([str(run)])
-    assert capsys.readouterr().out.strip() == str(run / "loss.png")
-    assert_png(run / "loss.png")
+    assert capsys.readouterr().out.strip() == str(run / LOSS_PLOT)
+    assert_png(run / LOSS_PLOT)
 
     write_run(tmp_path / "r2")
     main(["r1", "r2", "--labels", "first", "second"])

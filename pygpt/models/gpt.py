@@ -1,0 +1,89 @@
+"""The GPT: embeddings (token + learned or sinusoidal positions), a stack of causal transformer
+blocks, a final layer norm and the LM head, GPT-2 initialised. Attention, every layer norm and
+the loss run on the model's kernel set: ours (`ext`, default) or plain PyTorch (`torch`), the
+reference path that must agree with ours.
+
+Decoding contract (pygpt.decoding.Decoder): `prefill(idx)` runs a window and returns its logits
+and a KVCache; `step(idx, cache)` runs the next positions against the cache and extends it.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+from torch import nn
+
+from pygpt.config import ModelConfig
+from pygpt.decoding import Generates
+from pygpt.kernels import KernelModule
+from pygpt.nn import MLP, Block, Embeddings, KVCache, LayerNorm, MultiHeadAttention, gpt2_init
+
+
+class GPTOutput(NamedTuple):
+    logits: torch.Tensor  # (B, T, vocab_size)
+    loss: Optional[torch.Tensor]  # mean next-token cross-entropy, when targets are given
+
+
+class GPT(KernelModule, Generates):
+    def __init__(self, cfg: ModelConfig, kernels: str = "ext"):
+        super().__init__()
+        self.config = cfg
+        self.embed = Embeddings(cfg.vocab_size, cfg.n_embd, cfg.block_size,
+                                position=cfg.pos_encoding, dropout=cfg.dropout,
+                                norm=cfg.embed_norm)
+        self.blocks = nn.ModuleList(self._block(cfg) for _ in range(cfg.n_layer))
+        self.final_norm = LayerNorm(cfg.n_embd) if cfg.final_norm else None
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=cfg.head_bias)
+        if cfg.tie_weights:
+            self.lm_head.weight = self.embed.tok.weight
+        residual_projections = [layer.proj for block in self.blocks
+                                for layer in (block.attn, block.mlp)
+                                if layer is not None and layer.proj is not None]
+        gpt2_init(self, cfg.n_layer, residual_projections, self.embed.tok, cfg.embed_std)
+        self.kernels = kernels
+
+    @staticmethod
+    def _block(cfg: ModelConfig) -> Block:
+        attn = MultiHeadAttention(cfg.n_embd, cfg.n_head, cfg.head_dim, causal=True,
+                                  bias=cfg.bias, out_proj=cfg.attn_proj, dropout=cfg.dropout)
+        mlp = MLP(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias, dropout=cfg.dropout) if cfg.mlp else None
+        return Block(cfg.n_embd, attn, mlp, norm="pre" if cfg.block_norm else "none",
+                     residual=cfg.residual)
+
+    @property
+    def context_length(self) -> int:
+        return self.config.block_size
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def new_cache(self) -> KVCache:
+        return KVCache(len(self.blocks))
+
+    def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,
+                cache: Optional[KVCache] = None) -> GPTOutput:
+        """idx (B, T) token ids at positions cache.length .. cache.length + T - 1 (from 0
+        without a cache). Returns logits for every position and the loss against targets (B, T)
+        if given. A cache is extended by these T positions."""
+        if idx.dim() != 2:
+            raise ValueError(f"idx must be (batch, time), got shape {tuple(idx.shape)}")
+        if cache is not None and len(cache) != len(self.blocks):
+            raise ValueError(f"the cache has {len(cache)} layers, the model {len(self.blocks)}")
+        x = self.embed(idx, start=cache.length if cache is not None else 0)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache[i] if cache is not None else None)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        logits = self.lm_head(x)
+        loss = None
+        if targets is not None:
+            B, T = idx.shape
+            loss = self.kern.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))
+        return GPTOutput(logits, loss)
+
+    def prefill(self, idx: torch.Tensor) -> tuple[torch.Tensor, KVCache]:
+        cache = self.new_cache()
+        return self(idx, cache=cache).logits, cache
+
+    def step(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        return self(idx, cache=cache).logits

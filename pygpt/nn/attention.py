@@ -1,0 +1,58 @@
+"""Multi-head attention: self-attention (keys and values from the same sequence) or
+cross-attention (from a `context`, such as an encoder's output), causal or not, with separate
+W_Q, W_K, W_V and an optional output projection W_O. The attention itself is the kernel set's."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from pygpt.kernels import KernelModule
+from pygpt.nn.kv_cache import LayerKV
+
+
+class MultiHeadAttention(KernelModule):
+    def __init__(self, dim: int, n_head: int, head_dim: int, *, causal: bool = True,
+                 bias: bool = True, out_proj: bool = True, dropout: float = 0.0,
+                 context_dim: Optional[int] = None):
+        """dim: the width of the input (and of the output); context_dim: the width of the
+        context keys and values come from in cross-attention (default dim). Without out_proj the
+        heads' concatenation is the output, so n_head * head_dim must equal dim."""
+        super().__init__()
+        inner = n_head * head_dim
+        if not out_proj and inner != dim:
+            raise ValueError(f"without an output projection the heads ({n_head} x {head_dim}) "
+                             f"must be as wide as the input ({dim})")
+        self.n_head, self.head_dim, self.causal = n_head, head_dim, causal
+        self.q = nn.Linear(dim, inner, bias=bias)
+        self.k = nn.Linear(context_dim or dim, inner, bias=bias)
+        self.v = nn.Linear(context_dim or dim, inner, bias=bias)
+        self.proj = nn.Linear(inner, dim, bias=bias) if out_proj else None  # into the residual
+        self.dropout = nn.Dropout(dropout)
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        """(B, T, H * D) -> (B, H, T, D), a strided view."""
+        B, T, _ = t.shape
+        return t.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
+                cache: Optional[LayerKV] = None) -> torch.Tensor:
+        """x (B, T, dim) -> (B, T, dim). Keys and values come from x (self-attention) or from
+        context (cross-attention). With a cache, self-attention appends the new positions' keys
+        and values to it and the queries, the last T positions, attend over everything cached
+        (causal: bottom-right aligned, as in a decode step); cross-attention fills an empty cache
+        from the context once and then reuses it, ignoring later contexts."""
+        B, T, _ = x.shape
+        q = self._heads(self.q(x))
+        if context is not None and cache is not None and cache.length > 0:
+            k, v = cache.k, cache.v
+        else:
+            source = x if context is None else context
+            k, v = self._heads(self.k(source)), self._heads(self.v(source))
+            if cache is not None:
+                k, v = cache.append(k, v)
+        y = self.kern.attention(q, k, v, causal=self.causal).transpose(1, 2).reshape(B, T, -1)
+        if self.proj is not None:
+            y = self.proj(y)
+        return self.dropout(y)

@@ -1,0 +1,198 @@
+"""The training loop and its evaluation.
+
+Random context windows from the 90/10 train split, the optimizer and schedule of
+pygpt.training.optim, gradient accumulation and clipping (pygpt.training.step); every
+eval_interval steps the mean loss over fixed batches of both splits is logged (metrics.jsonl) and
+the checkpoint saved. Resuming continues a run exactly: weights, optimizer, step, and the RNG
+states of data order and dropout all come back, so a run stopped after N steps and resumed for M
+more ends with the weights of N + M straight. (The schedule ends at lr_decay_iters, by default
+max_iters: resuming with a larger max_iters stretches the remaining schedule.) Ctrl-C stops at
+the end of the current step and saves, ready for --resume.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from tqdm import tqdm
+
+from pygpt import checkpoint
+from pygpt.config import ModelConfig, TrainConfig
+from pygpt.data import TokenFile, TokenSplits, read_chunks
+from pygpt.models import build
+from pygpt.plot import plot_runs
+from pygpt.run_files import LOSS_PLOT, METRICS, TOKENIZER
+from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, load_tokenizer
+from pygpt.training.distributed import Distributed
+from pygpt.training.optim import lr_at, make_optimizer
+from pygpt.training.step import train_step
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, splits: TokenSplits, cfg: TrainConfig,
+             chars_per_token: float = 1.0, batch_size: Optional[int] = None) -> dict[str, float]:
+    """Mean loss per split over the same eval_iters batches every time (their own generator, so
+    evaluating never changes the training data order), in nats per token and in bits per
+    character (comparable across tokenizers)."""
+    model.eval()
+    result = {}
+    for i, split in enumerate(("train", "val")):
+        gen = torch.Generator().manual_seed(cfg.seed + 1 + i)
+        losses = [model(*splits.batch(split, batch_size or cfg.batch_size, gen)).loss.item()
+                  for _ in range(cfg.eval_iters)]
+        result[f"{split}_loss"] = sum(losses) / len(losses)
+        result[f"{split}_bpc"] = result[f"{split}_loss"] / math.log(2) / chars_per_token
+    model.train()
+    return result
+
+
+def make_tokenizer(model_cfg: ModelConfig, cfg: TrainConfig, resume: bool) -> Tokenizer:
+    """The run's own tokenizer when resuming, the source's when fine-tuning, else a new one
+    learned from the data."""
+    if resume:
+        return load_tokenizer(Path(cfg.out) / TOKENIZER)
+    if cfg.init_from is not None:
+        return load_tokenizer(Path(cfg.init_from) / TOKENIZER)
+    if cfg.tokenizer == "bpe":
+        return BPETokenizer.train(read_chunks(cfg.data), model_cfg.vocab_size)
+    return CharTokenizer.from_text(read_chunks(cfg.data))
+
+
+class _StopRequest:
+    """First Ctrl-C asks the loop to stop after the current step; a second one interrupts."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __enter__(self) -> "_StopRequest":
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, *_: Any) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, self._previous)
+
+    def __exit__(self, *_: Any) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+
+def _append_metrics(out: Path, record: dict[str, Any]) -> None:
+    with open(out / METRICS, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _truncate_metrics(out: Path, step: int) -> None:
+    """Drops records past `step`, left by a run that was killed after its last checkpoint."""
+    path = out / METRICS
+    if path.exists():
+        kept = [l for l in path.read_text(encoding="utf-8").splitlines()
+                if l.strip() and json.loads(l)["step"] <= step]
+        path.write_text("".join(l + "\n" for l in kept), encoding="utf-8")
+
+
+def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
+          progress: bool = True) -> dict[str, Any]:
+    """Runs (or with resume, continues) a training run into cfg.out; returns the last metrics."""
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out)
+    ranks = Distributed(cfg.device)
+    # Rank 0 learns the tokenizer and writes the token cache; the others take both from it.
+    tokenizer = ranks.share_tokenizer(make_tokenizer(model_cfg, cfg, resume)
+                                      if ranks.is_main else None)
+    cfg = dataclasses.replace(cfg, tokenizer=tokenizer.kind)  # what the run really uses
+    token_file = TokenFile.load(cfg.data, tokenizer) if ranks.is_main else None
+    ranks.barrier()
+    token_file = token_file or TokenFile.load(cfg.data, tokenizer)
+    model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
+    splits = TokenSplits(token_file.tokens, model_cfg.block_size)
+
+    torch.manual_seed(cfg.seed)
+    model = build(model_cfg, kernels=cfg.kernels).to(cfg.device)
+    optimizer = make_optimizer(model, cfg)
+    data_gen = torch.Generator().manual_seed(cfg.seed)
+    step = 0
+    if cfg.init_from is not None and not resume:
+        source, _ = checkpoint.load(cfg.init_from, kernels=cfg.kernels, device=cfg.device)
+        model.load_state_dict(source.state_dict())
+    if resume:
+        loaded, _ = checkpoint.load(out, kernels=cfg.kernels, device=cfg.device)
+        model.load_state_dict(loaded.state_dict())
+        state = checkpoint.load_train_state(out)
+        optimizer.load_state_dict(state["optimizer"])
+        step = state["step"]
+        data_gen.set_state(state["data_rng"])
+        torch.set_rng_state(state["torch_rng"])
+        if ranks.is_main:
+            _truncate_metrics(out, step)
+    if ranks.world > 1:  # each rank its own dropout masks
+        torch.manual_seed(cfg.seed + 1_000_003 * ranks.rank + step)
+    model.train()
+    forward = ranks.wrap(model)
+    forward = torch.compile(forward) if cfg.compile else forward
+
+    def save() -> None:
+        state = {"optimizer": optimizer.state_dict(), "data_rng": data_gen.get_state(),
+                 "torch_rng": torch.get_rng_state()}
+        checkpoint.save(out, model, tokenizer, cfg, state, step=step)
+
+    def micro_batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
+        # Every rank draws the same global batch and trains on its own slice of it, so N ranks
+        # of batch B step exactly like one process of batch N * B.
+        mine = slice(ranks.rank * cfg.batch_size, (ranks.rank + 1) * cfg.batch_size)
+        return [tuple(t[mine].to(cfg.device)
+                      for t in splits.batch("train", cfg.batch_size * ranks.world, data_gen))
+                for _ in range(cfg.grad_accum)]
+
+    tokens_per_step = cfg.batch_size * cfg.grad_accum * ranks.world * model_cfg.block_size
+    last: dict[str, Any] = {"step": step}
+    train_time, t_start = 0.0, time.perf_counter()
+    bar = tqdm(total=cfg.max_iters, initial=step, disable=not (progress and ranks.is_main),
+               unit="step", dynamic_ncols=True, mininterval=0.5)
+    with _StopRequest() as stop:
+        while step < cfg.max_iters and not stop.requested:
+            t0 = time.perf_counter()
+            lr = lr_at(step, cfg)
+            loss = train_step(model, optimizer, micro_batches(), lr, cfg.grad_clip,
+                              forward=forward, no_sync=lambda skip: ranks.no_sync(forward, skip))
+            step += 1
+            dt = time.perf_counter() - t0
+            train_time += dt
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens_per_step / dt:,.0f}",
+                            refresh=False)
+            if step % cfg.eval_interval == 0 or step == cfg.max_iters or stop.requested:
+                last = {"step": step, "tokens": step * tokens_per_step, "lr": lr,
+                        **evaluate(model, splits, cfg, token_file.chars_per_token,
+                                   batch_size=cfg.batch_size * ranks.world),
+                        "tokens_per_s": (tokens_per_step * (step - (last.get("step") or 0)))
+                        / max(train_time, 1e-9),
+                        "elapsed_s": time.perf_counter() - t_start}
+                last["train_ppl"] = math.exp(last["train_loss"])
+                last["val_ppl"] = math.exp(last["val_loss"])
+                train_time = 0.0
+                if not ranks.is_main:
+                    continue
+                save()
+                _append_metrics(out, last)
+                bar.write(f"step {step}: train loss {last['train_loss']:.4f}, val loss "
+                          f"{last['val_loss']:.4f} (ppl {last['val_ppl']:.2f}, "
+                          f"{last['val_bpc']:.3f} bits/char), "
+                          f"{last['tokens_per_s']:,.0f} tokens/s")
+    bar.close()
+    ranks.stop()
+    if ranks.is_main and (out / METRICS).exists():
+        try:
+            plot_runs([out], out / LOSS_PLOT)
+        except (OSError, ValueError) as e:  # a picture is not worth failing a finished run
+            print(f"warning: could not draw {out / LOSS_PLOT}: {e}", file=sys.stderr)
+    if stop.requested:
+        print(f"stopped at step {step}; continue with --resume --out {out}", file=sys.stderr)
+    return last

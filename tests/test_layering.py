@@ -1,0 +1,128 @@
+"""The package's structure, checked from its imports: every module sits on a layer, imports only
+from its own layer or the layers below (building blocks never reach up into models, models never
+into training), and no import cycle exists, not even through imports inside functions. And no
+source file grows past about 300 lines."""
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "pygpt"
+
+# Lowest first. A module belongs to the first layer with a prefix that names it or its package.
+LAYERS = [
+    ["pygpt.io", "pygpt.run_files", "pygpt.config", "pygpt.cli"],
+    ["pygpt.tokenizer", "pygpt.data", "pygpt.ops", "pygpt.plot"],
+    ["pygpt.kernels"],
+    ["pygpt.nn"],
+    ["pygpt.decoding"],
+    ["pygpt.models"],
+    ["pygpt.checkpoint"],
+    ["pygpt.training"],
+    ["pygpt.export"],
+    ["pygpt.train", "pygpt.generate", "pygpt"],  # command lines, and the package's pygpt.load
+]
+MAX_LINES = 300
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer_of(name: str) -> int:
+    for i, prefixes in enumerate(LAYERS):
+        if any(name == p or name.startswith(p + ".") for p in prefixes if p != "pygpt"):
+            return i
+    if name == "pygpt":
+        return len(LAYERS) - 1
+    raise AssertionError(f"{name} is on no layer: add it to LAYERS in {__file__}")
+
+
+def imports_of(name: str) -> set[str]:
+    """The pygpt modules that module `name` imports, anywhere in its source."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
+def is_own_package(name: str, dep: str) -> bool:
+    """Importing pygpt.nn.block runs pygpt.nn's __init__ first: no step up, no cycle."""
+    return name.startswith(dep + ".")
+
+
+def upward_imports(name: str, graph: dict[str, set[str]]) -> list[str]:
+    return sorted(m for m in graph[name]
+                  if layer_of(m) > layer_of(name) and not is_own_package(name, m))
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of graph as a path (first == last), or [] if there is none."""
+    state: dict[str, str] = {}
+
+    def visit(name: str, path: list[str]) -> list[str]:
+        state[name] = "open"
+        for dep in sorted(graph[name]):
+            if is_own_package(name, dep):
+                continue
+            if state.get(dep) == "open":
+                return path[path.index(dep):] + [name, dep] if dep in path else [name, dep]
+            if dep not in state:
+                cycle = visit(dep, path + [name])
+                if cycle:
+                    return cycle
+        state[name] = "done"
+        return []
+
+    for name in sorted(graph):
+        if name not in state:
+            cycle = visit(name, [])
+            if cycle:
+                return cycle
+    return []
+
+
+def test_every_module_is_on_a_layer():
+    for name in MODULES:
+        layer_of(name)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_only_from_its_layer_or_below(name):
+    upward = upward_imports(name, GRAPH)
+    assert not upward, f"{name} (layer {layer_of(name)}) imports from higher layers: {upward}"
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(GRAPH)
+    assert not cycle, "import cycle: " + " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_file_is_small(name):
+    lines = len(MODULES[name].read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{MODULES[name]} has {lines} lines; split it by concern"
+
+
+def test_the_checks_see_what_they_look_for():
+    """On a doctored graph: a building block importing a model is an upward import, and a model
+    and a block importing each other is a cycle (through a function-level import too)."""
+    graph = {name: set(deps) for name, deps in GRAPH.items()}
+    graph["pygpt.nn.block"].add("pygpt.models.gpt")
+    assert upward_imports("pygpt.nn.block", graph) == ["pygpt.models.gpt"]
+    cycle = find_cycle(graph)
+    assert "pygpt.nn.block" in cycle and "pygpt.models.gpt" in cycle, cycle
+    # pygpt.load imports the checkpoint module inside the function: still an edge.
+    assert "pygpt.checkpoint" in GRAPH["pygpt"]
