@@ -22,22 +22,16 @@ Usage:
   python benchmarks/bench_compile.py --markdown
 """
 
-import argparse
-import dataclasses
 import json
-import os
-import platform
 import sys
 import traceback
 
 import torch
 
 from machine import busy_warning
-from timed_trainer import Trainer, interleaved_steps, step_stats
-from pygpt.config import PRESETS, preset
-from pygpt.data import TokenSplits, read_text
-from pygpt.model import GPT
-from pygpt.tokenizer import CharTokenizer
+from timed_trainer import (Trainer, compare, describe_run, interleaved_steps, parse, parser,
+                           shakespeare_steps, warn_if_losses_differ)
+from pygpt.config import KERNEL_SETS
 
 MODES = ("eager", "compiled")
 
@@ -45,19 +39,8 @@ MODES = ("eager", "compiled")
 def bench(model_cfg, train_cfg, kernels, threads, steps, warmup, block, compile_mode, seed=0):
     torch.set_num_threads(threads)
     torch._dynamo.reset()
-    text = read_text(None)
-    tokenizer = CharTokenizer.from_text(text)
-    model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
-    splits = TokenSplits(torch.tensor(tokenizer.encode(text)), model_cfg.block_size)
-    gen = torch.Generator().manual_seed(seed)
-    n_steps = 1 + warmup + steps
-    n_batches = n_steps * train_cfg.grad_accum
-    batches = [splits.batch("train", train_cfg.batch_size, gen) for _ in range(n_batches)]
-    step_batches = [batches[i:i + train_cfg.grad_accum]
-                    for i in range(0, n_batches, train_cfg.grad_accum)]
-
-    torch.manual_seed(seed)
-    init_state = GPT(model_cfg).state_dict()
+    model_cfg, step_batches, init_state = shakespeare_steps(model_cfg, train_cfg,
+                                                            1 + warmup + steps, seed)
     trainers = {"eager": Trainer(model_cfg, train_cfg, kernels, init_state, compile_mode=False),
                 "compiled": Trainer(model_cfg, train_cfg, kernels, init_state, compile_mode)}
     losses = {m: [] for m in MODES}
@@ -73,51 +56,25 @@ def bench(model_cfg, train_cfg, kernels, threads, steps, warmup, block, compile_
         losses[m] += timed_losses[m]
 
     tokens_per_step = train_cfg.batch_size * train_cfg.grad_accum * model_cfg.block_size
-    result = {"threads": threads, "kernels": kernels, "tokens_per_step": tokens_per_step,
-              "params": trainers["eager"].model.num_params(),
-              "compile_s": first["compiled"][0] - first["eager"][0]}
-    for m in MODES:
-        result[m] = {**step_stats(times[m], tokens_per_step), "final_loss": losses[m][-1]}
-    result["ratio"] = result["compiled"]["tokens_per_s"] / result["eager"]["tokens_per_s"]
     # Same data and weights: both must learn the same thing (up to float reassociation).
-    result["max_loss_diff"] = max(abs(a - b) for a, b in zip(losses["eager"], losses["compiled"]))
-    return result
+    return {"threads": threads, "kernels": kernels, "tokens_per_step": tokens_per_step,
+            "params": trainers["eager"].model.num_params(),
+            "compile_s": first["compiled"][0] - first["eager"][0],
+            **compare(times, losses, tokens_per_step, "compiled", "eager")}
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=list(PRESETS), default="baby",
-                   help="model shape and training settings (default: baby)")
-    p.add_argument("--kernels", choices=["ext", "torch"], default="ext",
+    p = parser(__doc__, "mode", threads=[1], steps=40, warmup=3,
+               warmup_help="untimed steps per mode after the compiling first step")
+    p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
                    help="our C++ kernels (default) or plain PyTorch ops")
-    p.add_argument("--threads", type=int, nargs="+", default=[1],
-                   help="intra-op thread counts to run (default: 1)")
-    p.add_argument("--steps", type=int, default=40, help="timed steps per mode")
-    p.add_argument("--warmup", type=int, default=3,
-                   help="untimed steps per mode after the compiling first step")
-    p.add_argument("--block", type=int, default=10, help="steps per block before switching mode")
-    p.add_argument("--batch-size", type=int, default=None, help="override the preset's batch")
     p.add_argument("--mode", default=None,
                    help="torch.compile mode (default: its default; e.g. max-autotune-no-cudagraphs)")
-    p.add_argument("--markdown", action="store_true", help="print a markdown table")
-    p.add_argument("--json", action="store_true", help="print the raw results as JSON lines")
-    args = p.parse_args(argv)
-    if args.steps < 1 or args.warmup < 0 or args.block < 1:
-        p.error("--steps and --block must be >= 1, --warmup >= 0")
+    args, model_cfg, train_cfg = parse(p, argv)
 
-    chosen = preset(args.preset)
-    model_cfg, train_cfg = chosen.model, chosen.train
-    if args.batch_size is not None:
-        train_cfg = dataclasses.replace(train_cfg, batch_size=args.batch_size)
-
-    print(f"# preset {args.preset}: {model_cfg.n_layer} layers, {model_cfg.n_head} heads, "
-          f"{model_cfg.n_embd} wide, context {model_cfg.block_size}, dropout {model_cfg.dropout}, "
-          f"batch {train_cfg.batch_size} x {train_cfg.grad_accum}, {train_cfg.optimizer}; "
-          f"kernels {args.kernels}, compile mode {args.mode or 'default'}; {args.steps} timed "
-          f"steps each after {args.warmup} warmup, blocks of {args.block}")
-    print(f"# torch {torch.__version__}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    describe_run(args.preset, model_cfg, train_cfg,
+                 f"kernels {args.kernels}, compile mode {args.mode or 'default'}; {args.steps} "
+                 f"timed steps each after {args.warmup} warmup, blocks of {args.block}")
     busy_warning(args.threads)
     results = []
     for t in args.threads:
@@ -155,10 +112,7 @@ def main(argv=None):
                          else f"{'':>14}  {'':>9}")
                 print(f"{r['threads']:>7}  {m:>8}  {s['tokens_per_s']:>10,.0f}  "
                       f"{s['median_ms']:>9.1f}  {s['q1_ms']:>6.1f}-{s['q3_ms']:<6.1f}  {extra}")
-    for r in results:
-        if r["max_loss_diff"] > 1e-3:
-            print(f"# WARNING: at {r['threads']} threads the eager and compiled losses differ by "
-                  f"{r['max_loss_diff']:.2e}")
+    warn_if_losses_differ(results, "eager", "compiled")
 
 
 if __name__ == "__main__":

@@ -39,9 +39,9 @@ import numpy as np
 import torch
 
 from machine import busy_warning
-from pygpt.config import PRESETS, preset
-from pygpt.model import GPT
-from pygpt.sampling import Sampling
+from pygpt.config import KERNEL_SETS, PRESETS, preset
+from pygpt.models import GPT
+from pygpt.decoding import Sampling
 
 Runner = Callable[[torch.Tensor, int], torch.Tensor]
 GENERATORS: dict[str, Callable[[GPT], Optional[Runner]]] = {}
@@ -158,7 +158,7 @@ def main(argv=None):
     p.add_argument("--ckpt", default=None, help="a trained checkpoint folder instead of presets")
     p.add_argument("--threads", type=int, nargs="+", default=[1],
                    help="intra-op thread counts (default: 1)")
-    p.add_argument("--kernels", nargs="+", choices=["ext", "torch"], default=["ext"],
+    p.add_argument("--kernels", nargs="+", choices=KERNEL_SETS, default=["ext"],
                    help="kernel sets to run the torch generators on (default: ext)")
     p.add_argument("--generators", nargs="+", choices=list(GENERATORS), default=list(GENERATORS),
                    help="which generators to time (default: all)")

@@ -16,7 +16,7 @@ import torch
 
 import pygpt
 from pygpt.data import TokenSplits, read_text
-from pygpt.sampling import Sampling
+from pygpt.decoding import Sampling
 
 RUNNER = Path(__file__).resolve().parent.parent / "export" / "run_onnx.py"
 

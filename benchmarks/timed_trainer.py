@@ -1,12 +1,44 @@
-"""The training step the benchmarks time: what pygpt.train does per optimizer step (schedule,
-gradient accumulation, clipping, AdamW), on one model, optionally through torch.compile."""
+"""The training step the benchmarks time: pygpt.train's own optimizer step (schedule, gradient
+accumulation, clipping, AdamW), on one model, optionally through torch.compile."""
+import argparse
+import dataclasses
+import os
+import platform
 import statistics
 import time
 
 import torch
 
-from pygpt.model import GPT
-from pygpt.train import lr_at, make_optimizer
+from pygpt.config import PRESETS, preset
+from pygpt.data import TokenSplits, read_text
+from pygpt.models import GPT
+from pygpt.tokenizer import CharTokenizer
+from pygpt.training import lr_at, make_optimizer, train_step
+
+
+def shakespeare_steps(model_cfg, train_cfg, n_steps, seed=0):
+    """What every timed trainer starts from: the model config with the shipped text's char
+    vocabulary, n_steps lists of grad_accum (x, y) batches drawn beforehand, and one initial
+    state dict, so all trainers see the same weights and data."""
+    text = read_text(None)
+    tokenizer = CharTokenizer.from_text(text)
+    model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
+    splits = TokenSplits(torch.tensor(tokenizer.encode(text)), model_cfg.block_size)
+    gen = torch.Generator().manual_seed(seed)
+    step_batches = [[splits.batch("train", train_cfg.batch_size, gen)
+                     for _ in range(train_cfg.grad_accum)] for _ in range(n_steps)]
+    torch.manual_seed(seed)
+    return model_cfg, step_batches, GPT(model_cfg).state_dict()
+
+
+def describe_run(name, model_cfg, train_cfg, details):
+    """The two comment lines every training benchmark starts with: the shape, and the machine."""
+    print(f"# preset {name}: {model_cfg.n_layer} layers, {model_cfg.n_head} heads, "
+          f"{model_cfg.n_embd} wide, context {model_cfg.block_size}, dropout {model_cfg.dropout}, "
+          f"batch {train_cfg.batch_size} x {train_cfg.grad_accum}, {train_cfg.optimizer}; "
+          f"{details}")
+    print(f"# torch {torch.__version__}, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
 
 
 class Trainer:
@@ -26,18 +58,8 @@ class Trainer:
     def step(self, batches):
         """batches: grad_accum (x, y) pairs. Returns (seconds, loss)."""
         t0 = time.perf_counter()
-        lr = lr_at(self.step_no, self.cfg)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        total = 0.0
-        for x, y in batches:
-            loss = self.step_model(x, y).loss / len(batches)
-            loss.backward()
-            total += loss.item()
-        if self.cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        total = train_step(self.model, self.optimizer, batches, lr_at(self.step_no, self.cfg),
+                           self.cfg.grad_clip, forward=self.step_model)
         dt = time.perf_counter() - t0
         self.step_no += 1
         return dt, total
@@ -67,3 +89,58 @@ def step_stats(times, tokens_per_step):
     q = statistics.quantiles(times, n=4) if len(times) > 1 else [med, med, med]
     return {"median_ms": med * 1e3, "q1_ms": q[0] * 1e3, "q3_ms": q[2] * 1e3,
             "tokens_per_s": tokens_per_step / med}
+
+
+def compare(times, losses, tokens_per_step, new, base):
+    """Step statistics and final loss of each side, the tokens/s ratio new / base, and the
+    largest difference between the two sides' losses (the same weights and data must learn the
+    same thing)."""
+    result = {side: {**step_stats(times[side], tokens_per_step), "final_loss": losses[side][-1]}
+              for side in (new, base)}
+    result["ratio"] = result[new]["tokens_per_s"] / result[base]["tokens_per_s"]
+    result["max_loss_diff"] = max(abs(a - b) for a, b in zip(losses[new], losses[base]))
+    return result
+
+
+def parser(doc, side, threads, steps, warmup, warmup_help):
+    """The flags every training benchmark takes: the preset and its overrides, thread counts,
+    steps, blocks and output format. `side` names what alternates (a kernel set, a mode)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", choices=list(PRESETS), default="baby",
+                   help="model shape and training settings (default: baby)")
+    p.add_argument("--threads", type=int, nargs="+", default=threads,
+                   help=f"intra-op thread counts to run (default: {' '.join(map(str, threads))})")
+    p.add_argument("--steps", type=int, default=steps, help=f"timed steps per {side}")
+    p.add_argument("--warmup", type=int, default=warmup, help=warmup_help)
+    p.add_argument("--block", type=int, default=10, help=f"steps per block before switching {side}")
+    p.add_argument("--batch-size", type=int, default=None, help="override the preset's batch")
+    p.add_argument("--block-size", type=int, default=None,
+                   help="override the preset's context length")
+    p.add_argument("--dropout", type=float, default=None, help="override the preset's dropout")
+    p.add_argument("--markdown", action="store_true", help="print a markdown table")
+    p.add_argument("--json", action="store_true", help="print the raw results as JSON lines")
+    return p
+
+
+def parse(p, argv):
+    """(args, model_cfg, train_cfg): the preset with the command line's overrides."""
+    args = p.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0 or args.block < 1:
+        p.error("--steps and --block must be >= 1, --warmup >= 0")
+    chosen = preset(args.preset)
+    model_cfg, train_cfg = chosen.model, chosen.train
+    if args.block_size is not None:
+        model_cfg = dataclasses.replace(model_cfg, block_size=args.block_size)
+    if args.dropout is not None:
+        model_cfg = dataclasses.replace(model_cfg, dropout=args.dropout)
+    if args.batch_size is not None:
+        train_cfg = dataclasses.replace(train_cfg, batch_size=args.batch_size)
+    return args, model_cfg, train_cfg
+
+
+def warn_if_losses_differ(results, new, base, tol=1e-3):
+    for r in results:
+        if r["max_loss_diff"] > tol:
+            print(f"# WARNING: at {r['threads']} threads the {new} and {base} losses differ by "
+                  f"{r['max_loss_diff']:.2e}")
