@@ -5,7 +5,8 @@ For every op and shape, and for each requested intra-op thread count (CPU) or on
 (--device cuda, float32 or --dtype bfloat16), prints the median time of ours (called through the
 public pygpt.ops functions) and of ATen (on the GPU, SDPA picks its flash kernel where it can),
 and the ratio ours/ATen (< 1 means ours is faster), for the forward alone and for forward +
-backward. On the GPU, attention also runs at B=8 H=12 T=1024 D=64.
+backward. On the GPU, attention also runs at B=8 H=12 T=1024 D=64. cross_entropy runs each
+shape without label smoothing and with label_smoothing=0.1 (ATen: F.cross_entropy with the same).
 
 Timing: `--warmup` untimed calls, then the median over `--repeat` calls of time.perf_counter()
 around each single call (on the GPU, with torch.cuda.synchronize() before and after); calls of
@@ -82,6 +83,51 @@ def attention_case(B, H, T, D, device, dtype):
     )
 
 
+def padded_lengths(B, T, device, low=8):
+    """Per-row lengths uniform in [low, T], the same every run."""
+    return torch.randint(low, T + 1, (B,), generator=torch.Generator().manual_seed(0)).to(device)
+
+
+def padded_attention_case(B, H, T, D, causal, baseline, device, dtype):
+    """Ours on a right-padded batch (lengths uniform in 8..T) against `baseline`: "sdpa", SDPA
+    with the equivalent boolean mask, or "full", ours on the same batch without lengths (what
+    padding costs when the kernel does not skip it)."""
+    q, k, v = (torch.randn(B, H, T, D, dtype=dtype, device=device) for _ in range(3))
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    grad = torch.randn(B, H, T, D, dtype=dtype, device=device)
+    lengths = padded_lengths(B, T, device)
+    i = torch.arange(T, device=device)
+    real = i[None, :] < lengths[:, None]  # (B, T)
+    mask = (real[:, :, None] & real[:, None, :])[:, None]  # (B, 1, T, T)
+    if causal:
+        mask = mask & (i[None, :] <= i[:, None])
+    ops = _ours()
+
+    def padded(q, k, v):
+        return ops.attention(q, k, v, causal=causal, q_lengths=lengths, kv_lengths=lengths)
+
+    other = ((lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+             if baseline == "sdpa" else (lambda q, k, v: ops.attention(q, k, v, causal=causal)))
+
+    def reset():
+        for t in (qg, kg, vg):
+            t.grad = None
+
+    real_share = lengths.sum().item() / (B * T)
+    return dict(
+        op="attention", shape=(f"B={B} H={H} T={T} D={D} padded ({real_share:.0%} real), "
+                               f"{'causal' if causal else 'full'}, {DTYPE_NAMES[dtype]}, "
+                               f"vs {'SDPA + mask' if baseline == 'sdpa' else 'ours unpadded'}"),
+        fwd=(lambda: padded(q, k, v), lambda: other(q, k, v)),
+        fwdbwd=(lambda: padded(qg, kg, vg).backward(grad), lambda: other(qg, kg, vg).backward(grad)),
+        reset=reset,
+        # The padded rows of an unpadded call hold other values; compare where both are defined.
+        check=lambda: (padded(q, k, v) * real[:, None, :, None],
+                       other(q, k, v) * real[:, None, :, None]) if baseline == "sdpa" else
+        (padded(q, k, v)[0:1, :, :1], other(q, k, v)[0:1, :, :1]),
+    )
+
+
 def layer_norm_case(N, C, device, dtype):
     x, w, b = (torch.randn(*shape, dtype=dtype, device=device) for shape in ((N, C), (C,), (C,)))
     xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
@@ -108,30 +154,40 @@ def cross_entropy_inputs(N, V, device="cpu", dtype=torch.float32):
     return logits, targets
 
 
-def cross_entropy_case(N, V, device, dtype):
+def cross_entropy_fns(smoothing):
+    """(ours, ATen): cross-entropy of (logits, targets) with this label smoothing."""
+    ops = _ours()
+    return (lambda x, t: ops.cross_entropy(x, t, label_smoothing=smoothing),
+            lambda x, t: F.cross_entropy(x, t, label_smoothing=smoothing))
+
+
+def cross_entropy_case(N, V, smoothing, device, dtype):
     logits, targets = cross_entropy_inputs(N, V, device, dtype)
     lg = logits.clone().requires_grad_()
-    ops = _ours()
+    ours, aten = cross_entropy_fns(smoothing)
 
     def reset():
         lg.grad = None
 
+    smoothed = f", smoothing {smoothing}" if smoothing else ""
     return dict(
-        op="cross_entropy", shape=f"N={N} V={V}, {DTYPE_NAMES[dtype]}",
-        fwd=(lambda: ops.cross_entropy(logits, targets), lambda: F.cross_entropy(logits, targets)),
-        fwdbwd=(lambda: ops.cross_entropy(lg, targets).backward(),
-                lambda: F.cross_entropy(lg, targets).backward()),
+        op="cross_entropy", shape=f"N={N} V={V}{smoothed}, {DTYPE_NAMES[dtype]}",
+        fwd=(lambda: ours(logits, targets), lambda: aten(logits, targets)),
+        fwdbwd=(lambda: ours(lg, targets).backward(), lambda: aten(lg, targets).backward()),
         reset=reset,
-        check=lambda: (ops.cross_entropy(logits, targets), F.cross_entropy(logits, targets)),
-        memory=(N, V),
+        check=lambda: (ours(logits, targets), aten(logits, targets)),
+        memory=(N, V, smoothing),
     )
 
 
 CASES = {
     "attention": [(attention_case, s) for s in
                   [(12, 4, 64, 32), (12, 4, 256, 32), (8, 6, 256, 64), (1, 8, 2048, 64)]],
+    "attention_padded": [(padded_attention_case, (32, 4, 128, 32, causal, baseline))
+                         for causal in (False, True) for baseline in ("full", "sdpa")],
     "layer_norm": [(layer_norm_case, s) for s in [(768, 128), (16384, 384)]],
-    "cross_entropy": [(cross_entropy_case, s) for s in [(3072, 65), (2048, 50257)]],
+    "cross_entropy": [(cross_entropy_case, (N, V, smoothing)) for smoothing in (0.0, 0.1)
+                      for N, V in [(3072, 65), (2048, 50257)]],
 }
 CUDA_EXTRA_CASES = {"attention": [(attention_case, (8, 12, 1024, 64))]}
 
@@ -211,14 +267,10 @@ def _status_kib():
     return {k: int(re.search(k + r":\s+(\d+)", s).group(1)) for k in ("VmRSS", "VmHWM")}
 
 
-def rss_child(impl, which, N, V, threads):
+def rss_child(impl, which, N, V, smoothing, threads):
     """Runs in a fresh subprocess: peak RSS growth (bytes) for one cross_entropy call."""
     torch.set_num_threads(threads)
-    ops = _ours()
-    fn_for = {
-        "ours": lambda x, t: ops.cross_entropy(x, t),
-        "aten": lambda x, t: F.cross_entropy(x, t),
-    }[impl]
+    fn_for = dict(zip(("ours", "aten"), cross_entropy_fns(smoothing)))[impl]
     # Warm up on a tiny input (thread pool, dispatcher caches) so one-time costs are not counted.
     x0 = torch.randn(4, 8, requires_grad=True)
     fn_for(x0, torch.randint(0, 8, (4,))).backward()
@@ -235,9 +287,9 @@ def rss_child(impl, which, N, V, threads):
     print(json.dumps({"bytes": (peak - before) * 1024}))
 
 
-def rss_peak_bytes(impl, which, N, V, threads):
+def rss_peak_bytes(impl, which, N, V, smoothing, threads):
     cmd = [sys.executable, os.path.abspath(__file__), "--_rss-child", impl, which, str(N), str(V),
-           str(threads)]
+           str(smoothing), str(threads)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])["bytes"]
 
@@ -295,12 +347,12 @@ def main():
     p.add_argument("--rss", action="store_true",
                    help="also measure cross_entropy memory as peak RSS growth in fresh subprocesses")
     p.add_argument("--no-check", action="store_true", help="skip the ours-vs-ATen sanity check")
-    p.add_argument("--_rss-child", nargs=5, help=argparse.SUPPRESS)
+    p.add_argument("--_rss-child", nargs=6, help=argparse.SUPPRESS)
     args = p.parse_args()
 
     if args._rss_child:
-        impl, which, N, V, threads = args._rss_child
-        rss_child(impl, which, int(N), int(V), int(threads))
+        impl, which, N, V, smoothing, threads = args._rss_child
+        rss_child(impl, which, int(N), int(V), float(smoothing), int(threads))
         return
 
     dtype = getattr(torch, args.dtype)
@@ -341,14 +393,14 @@ def main():
                                                       args.repeat, budget_s=2.0, sync=sync)
                     m_ours = m_aten = None
                     if "memory" in case:
-                        N, V = case["memory"]
+                        N, V, smoothing = case["memory"]
                         if on_gpu:
                             with torch.set_grad_enabled(pas != "fwd"):
                                 m_ours = cuda_peak_bytes(ours_fn, case["reset"])
                                 m_aten = cuda_peak_bytes(aten_fn, case["reset"])
                         elif args.rss:
-                            m_ours = rss_peak_bytes("ours", pas, N, V, threads)
-                            m_aten = rss_peak_bytes("aten", pas, N, V, threads)
+                            m_ours = rss_peak_bytes("ours", pas, N, V, smoothing, threads)
+                            m_aten = rss_peak_bytes("aten", pas, N, V, smoothing, threads)
                         elif pas == "fwd":
                             with torch.no_grad():
                                 m_ours = alloc_peak_bytes(ours_fn, case["reset"])

@@ -39,26 +39,53 @@ OPSET = 18
 Past = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (keys, values)
 
 
-def _attention(q, k, v, causal: bool = True, scale: Optional[float] = None):
-    """pygpt.attention in ONNX ops: scores, the bottom-right causal mask (query i sees keys
-    j <= i + Tk - Tq), softmax, and the log-sum-exp the op also returns."""
+def _attention(q, k, v, causal: bool = True, scale: Optional[float] = None, q_lengths=None,
+               kv_lengths=None):
+    """pygpt.attention in ONNX ops: scores, the mask, softmax, and the log-sum-exp the op also
+    returns. Without lengths the mask is the bottom-right causal one (query i sees keys
+    j <= i + Tk - Tq); with lengths it is built in the graph from them, per batch row, padded
+    keys and values are zeroed and queries that see no key give zeros, as the kernels do."""
     if scale is None:
         scale_value = op.Reciprocal(op.Sqrt(op.CastLike(op.Shape(q, start=3, end=4), q)))
     else:
         scale_value = op.CastLike(op.Constant(value_float=scale), q)
     scores = op.Mul(op.MatMul(q, op.Transpose(k, perm=[0, 1, 3, 2])), scale_value)
+    neg_inf = op.CastLike(op.Constant(value_float=float("-inf")), q)
+    tq = op.Squeeze(op.Shape(q, start=2, end=3))
+    tk = op.Squeeze(op.Shape(k, start=2, end=3))
+    zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
+    query_index = op.Range(zero, tq, one)  # (Tq,)
+    key_index = op.Range(zero, tk, one)  # (Tk,)
+    if q_lengths is None and kv_lengths is None:
+        if causal:
+            last_visible = op.Unsqueeze(op.Add(query_index, op.Sub(tk, tq)),
+                                        op.Constant(value_ints=[1]))
+            scores = op.Where(op.LessOrEqual(op.Unsqueeze(key_index, op.Constant(value_ints=[0])),
+                                             last_visible), scores, neg_inf)
+        out = op.MatMul(op.Softmax(scores, axis=-1), v)
+        return out, op.ReduceLogSumExp(scores, op.Constant(value_ints=[-1]), keepdims=0)
+    batch = op.Shape(q, start=0, end=1)
+
+    def lengths_or_full(lengths, full):  # (B, 1, 1, 1) int64
+        lengths = (op.Cast(lengths, to=7) if lengths is not None
+                   else op.Expand(op.Unsqueeze(full, op.Constant(value_ints=[0])), batch))
+        return op.Unsqueeze(lengths, op.Constant(value_ints=[1, 2, 3]))
+
+    lq, lk = lengths_or_full(q_lengths, tq), lengths_or_full(kv_lengths, tk)
+    i = op.Unsqueeze(query_index, op.Constant(value_ints=[1]))  # (Tq, 1)
+    j = op.Unsqueeze(key_index, op.Constant(value_ints=[0]))  # (1, Tk)
+    visible = op.And(op.Less(i, lq), op.Less(j, lk))  # (B, 1, Tq, Tk)
     if causal:
-        tq = op.Squeeze(op.Shape(q, start=2, end=3))
-        tk = op.Squeeze(op.Shape(k, start=2, end=3))
-        zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
-        last_visible = op.Unsqueeze(op.Add(op.Range(zero, tq, one), op.Sub(tk, tq)),
-                                    op.Constant(value_ints=[1]))
-        key_index = op.Unsqueeze(op.Range(zero, tk, one), op.Constant(value_ints=[0]))
-        scores = op.Where(op.LessOrEqual(key_index, last_visible), scores,
-                          op.CastLike(op.Constant(value_float=float("-inf")), q))
-    out = op.MatMul(op.Softmax(scores, axis=-1), v)
-    lse = op.ReduceLogSumExp(scores, op.Constant(value_ints=[-1]), keepdims=0)
-    return out, lse
+        visible = op.And(visible, op.LessOrEqual(j, op.Add(i, op.Sub(lk, lq))))
+    real_k = op.Less(op.Transpose(j, perm=[1, 0]), lk)  # (B, 1, Tk, 1)
+    v = op.Where(real_k, v, op.CastLike(op.Constant(value_float=0.0), v))
+    scores = op.Where(visible, scores, neg_inf)
+    sees_a_key = op.Cast(op.ReduceMax(op.Cast(visible, to=6), op.Constant(value_ints=[-1]),
+                                      keepdims=1), to=9)  # (B, 1, Tq, 1) bool
+    weights = op.Where(sees_a_key, op.Softmax(scores, axis=-1),
+                       op.CastLike(op.Constant(value_float=0.0), q))
+    out = op.MatMul(weights, v)
+    return out, op.ReduceLogSumExp(scores, op.Constant(value_ints=[-1]), keepdims=0)
 
 
 def _layer_norm(x, weight=None, bias=None, eps: float = 1e-5):

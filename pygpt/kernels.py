@@ -20,15 +20,38 @@ from pygpt import ops
 from pygpt.config import KERNEL_SETS
 
 
+def _lengths(lengths: Optional[torch.Tensor], B: int, T: int, device: torch.device):
+    return lengths.long() if lengths is not None else torch.full((B,), T, device=device)
+
+
 def torch_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
-                    scale: Optional[float] = None) -> torch.Tensor:
+                    scale: Optional[float] = None, q_lengths: Optional[torch.Tensor] = None,
+                    kv_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
     """pygpt.ops.attention on PyTorch's SDPA. Its is_causal aligns the mask top-left, so when
-    there are fewer queries than keys (a decode step) the bottom-right mask is built explicitly."""
-    Tq, Tk = q.shape[-2], k.shape[-2]
-    if not causal or Tq == Tk:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
-    visible = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(diagonal=Tk - Tq)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)
+    there are fewer queries than keys (a decode step) the bottom-right mask is built explicitly.
+    With lengths, a (B, Tq, Tk) mask of the keys each query sees is built, the padding is zeroed
+    (it may hold anything, NaN included), and queries that see no key give zeros, as our kernels
+    do."""
+    B, Tq, Tk = q.shape[0], q.shape[-2], k.shape[-2]
+    if q_lengths is None and kv_lengths is None:
+        if not causal or Tq == Tk:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+        visible = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(diagonal=Tk - Tq)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)
+    lq = _lengths(q_lengths, B, Tq, q.device)[:, None, None, None]
+    lk = _lengths(kv_lengths, B, Tk, q.device)[:, None, None, None]
+    i = torch.arange(Tq, device=q.device)[:, None]  # (Tq, 1)
+    j = torch.arange(Tk, device=q.device)[None, :]  # (1, Tk)
+    visible = (i < lq) & (j < lk)  # (B, 1, Tq, Tk)
+    if causal:
+        visible = visible & (j <= i + lk - lq)
+    sees_a_key = visible.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1)
+    real_k = j.mT < lk  # (B, 1, Tk, 1)
+    q = torch.where(sees_a_key, q, 0.0)
+    k, v = torch.where(real_k, k, 0.0), torch.where(real_k, v, 0.0)
+    # A query that sees no key attends (harmlessly) to everything, then gives zeros.
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible | ~sees_a_key, scale=scale)
+    return torch.where(sees_a_key, out, 0.0)
 
 
 def torch_layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor] = None,
@@ -36,9 +59,10 @@ def torch_layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor] = None,
     return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
 
 
-def torch_cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
-                        ignore_index: int = -100) -> torch.Tensor:
-    return F.cross_entropy(logits, targets, ignore_index=ignore_index)
+def torch_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
+                        label_smoothing: float = 0.0) -> torch.Tensor:
+    return F.cross_entropy(logits, targets, ignore_index=ignore_index,
+                           label_smoothing=label_smoothing)
 
 
 @dataclass(frozen=True)

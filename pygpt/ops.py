@@ -28,14 +28,21 @@ __all__ = ["attention", "layer_norm", "cross_entropy"]
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
-              scale: Optional[float] = None) -> torch.Tensor:
+              scale: Optional[float] = None, q_lengths: Optional[torch.Tensor] = None,
+              kv_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
     """softmax(scale * q k^T + mask) v for q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv).
 
     `scale` defaults to 1/sqrt(Dk). With `causal`, query i sees keys j <= i + (Tk - Tq): the
     queries are the last Tq positions, as in a decode step over a KV cache. A query that sees no
     key (only possible when Tq > Tk) outputs zeros.
+
+    Right-padded batches: `q_lengths` and `kv_lengths`, int32 or int64 tensors (B,) on q's
+    device, give each batch row's number of real queries and keys (None: all Tq / Tk). Row b
+    attends only to its real keys, causal aligned bottom-right per row (query i sees keys
+    j <= i + kv_lengths[b] - q_lengths[b]); padded queries output zeros, padded positions get
+    zero gradients, and the kernels skip the padded work and never read the padding.
     """
-    out, _ = torch.ops.pygpt.attention(q, k, v, causal, scale)
+    out, _ = torch.ops.pygpt.attention(q, k, v, causal, scale, q_lengths, kv_lengths)
     return out
 
 
@@ -46,11 +53,13 @@ def layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor] = None,
     return y
 
 
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
-                  ignore_index: int = -100) -> torch.Tensor:
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
+                  label_smoothing: float = 0.0) -> torch.Tensor:
     """Mean softmax cross-entropy of logits (N, V) against int64 targets (N,), as
-    `F.cross_entropy`; targets equal to `ignore_index` count for nothing."""
-    loss, _ = torch.ops.pygpt.cross_entropy(logits, targets, ignore_index)
+    `F.cross_entropy`; targets equal to `ignore_index` count for nothing. `label_smoothing` s in
+    [0, 1] mixes the uniform distribution into the target, as in `F.cross_entropy`: a row's loss
+    is (1 - s) * (lse - x[target]) + s * (lse - mean(x))."""
+    loss, _ = torch.ops.pygpt.cross_entropy(logits, targets, ignore_index, label_smoothing)
     return loss
 
 
@@ -73,33 +82,35 @@ def _check_same_device(op: str, **tensors: Optional[torch.Tensor]) -> None:
 # --- attention -------------------------------------------------------------------------------
 
 @torch.library.register_fake("pygpt::attention")
-def _attention_fake(q, k, v, causal=True, scale=None):
-    _check_same_device("pygpt.attention", q=q, k=k, v=v)
+def _attention_fake(q, k, v, causal=True, scale=None, q_lengths=None, kv_lengths=None):
+    _check_same_device("pygpt.attention", q=q, k=k, v=v, q_lengths=q_lengths,
+                       kv_lengths=kv_lengths)
     B, H, Tq, _ = q.shape
     return q.new_empty((B, H, Tq, v.shape[-1])), q.new_empty((B, H, Tq), dtype=_stats_dtype(q))
 
 
 @torch.library.register_fake("pygpt::attention_backward")
-def _attention_backward_fake(grad_out, q, k, v, out, lse, causal, scale):
+def _attention_backward_fake(grad_out, q, k, v, out, lse, causal, scale, q_lengths=None,
+                             kv_lengths=None):
     _check_same_device("pygpt.attention_backward", q=q, grad_out=grad_out, k=k, v=v, out=out,
-                       lse=lse)
+                       lse=lse, q_lengths=q_lengths, kv_lengths=kv_lengths)
     # The kernels return contiguous gradients whatever the inputs' strides.
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _attention_setup(ctx, inputs, output):
-    q, k, v, causal, scale = inputs
+    q, k, v, causal, scale, q_lengths, kv_lengths = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.save_for_backward(q, k, v, out, lse, q_lengths, kv_lengths)
     ctx.causal, ctx.scale = causal, scale
     ctx.mark_non_differentiable(lse)
 
 
 def _attention_backward(ctx, grad_out, _grad_lse):
-    q, k, v, out, lse = ctx.saved_tensors
+    q, k, v, out, lse, q_lengths, kv_lengths = ctx.saved_tensors
     dq, dk, dv = torch.ops.pygpt.attention_backward(grad_out, q, k, v, out, lse, ctx.causal,
-                                                    ctx.scale)
-    return dq, dk, dv, None, None
+                                                    ctx.scale, q_lengths, kv_lengths)
+    return dq, dk, dv, None, None, None, None
 
 
 torch.library.register_autograd("pygpt::attention", _attention_backward,
@@ -147,32 +158,42 @@ torch.library.register_autograd("pygpt::layer_norm", _layer_norm_backward,
 
 # --- cross-entropy ---------------------------------------------------------------------------
 
+def _check_label_smoothing(op: str, label_smoothing: float) -> None:
+    """The kernels' check, also made by the fakes (so that a traced call fails as an eager one)."""
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{op}: label_smoothing must be a finite number in [0, 1], got "
+                         f"{label_smoothing}")
+
+
 @torch.library.register_fake("pygpt::cross_entropy")
-def _cross_entropy_fake(logits, targets, ignore_index=-100):
+def _cross_entropy_fake(logits, targets, ignore_index=-100, label_smoothing=0.0):
     _check_same_device("pygpt.cross_entropy", logits=logits, targets=targets)
+    _check_label_smoothing("pygpt.cross_entropy", label_smoothing)
     return logits.new_empty(()), logits.new_empty(logits.shape[:1], dtype=_stats_dtype(logits))
 
 
 @torch.library.register_fake("pygpt::cross_entropy_backward")
-def _cross_entropy_backward_fake(grad_loss, logits, targets, lse, ignore_index):
+def _cross_entropy_backward_fake(grad_loss, logits, targets, lse, ignore_index,
+                                 label_smoothing=0.0):
     _check_same_device("pygpt.cross_entropy_backward", logits=logits, grad_loss=grad_loss,
                        targets=targets, lse=lse)
+    _check_label_smoothing("pygpt.cross_entropy_backward", label_smoothing)
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
 def _cross_entropy_setup(ctx, inputs, output):
-    logits, targets, ignore_index = inputs
+    logits, targets, ignore_index, label_smoothing = inputs
     _, lse = output
     ctx.save_for_backward(logits, targets, lse)
-    ctx.ignore_index = ignore_index
+    ctx.ignore_index, ctx.label_smoothing = ignore_index, label_smoothing
     ctx.mark_non_differentiable(lse)
 
 
 def _cross_entropy_backward(ctx, grad_loss, _grad_lse):
     logits, targets, lse = ctx.saved_tensors
     grad_logits = torch.ops.pygpt.cross_entropy_backward(grad_loss, logits, targets, lse,
-                                                         ctx.ignore_index)
-    return grad_logits, None, None
+                                                         ctx.ignore_index, ctx.label_smoothing)
+    return grad_logits, None, None, None
 
 
 torch.library.register_autograd("pygpt::cross_entropy", _cross_entropy_backward,

@@ -52,6 +52,25 @@ def attention(q, k, v, causal=True, scale=None):
     return out, lse
 
 
+def padded_attention(q, k, v, q_lengths, kv_lengths, causal=True, scale=None):
+    """attention() of a right-padded batch: each batch row b alone on its real prefix of
+    q_lengths[b] queries and kv_lengths[b] keys; padded queries get out = 0 and lse = -inf.
+    The padding itself is never read. Returns (out, lse) of the full padded shapes."""
+    B, H, Tq, _ = q.shape
+    outs, lses = [], []
+    for b in range(B):
+        lq, lk = int(q_lengths[b]), int(kv_lengths[b])
+        if lq > 0 and lk > 0:
+            out, lse = attention(q[b:b + 1, :, :lq], k[b:b + 1, :, :lk], v[b:b + 1, :, :lk],
+                                 causal, scale)
+        else:  # nothing to attend with, or to
+            out = q.new_zeros(1, H, lq, v.shape[-1])
+            lse = q.new_full((1, H, lq), float("-inf"))
+        outs.append(torch.cat([out, q.new_zeros(1, H, Tq - lq, v.shape[-1])], dim=2))
+        lses.append(torch.cat([lse, q.new_full((1, H, Tq - lq), float("-inf"))], dim=2))
+    return torch.cat(outs), torch.cat(lses)
+
+
 def layer_norm(x, weight=None, bias=None, eps=1e-5):
     """Layer norm over the last dim. Returns (y, mean, rstd), mean/rstd shaped x.shape[:-1].
 
@@ -69,19 +88,23 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5):
     return y, mean.squeeze(-1), rstd.squeeze(-1)
 
 
-def cross_entropy(logits, targets, ignore_index=-100):
+def cross_entropy(logits, targets, ignore_index=-100, label_smoothing=0.0):
     """Mean softmax cross-entropy. Returns (loss, lse) with lse (N,) per row of logits (N, V).
 
     Rows whose target equals ignore_index are left out of both the sum and the count; if every row
     is ignored the loss is 0/0 = nan (as in F.cross_entropy). This reference's gradient in that
     all-ignored case is nan, whereas PyTorch (and our op) give zero gradient: tests check that case
-    directly instead of differentiating this function.
+    directly instead of differentiating this function. With label_smoothing s the target is
+    (1 - s) * onehot + s / V, so a row's loss is (1 - s) * (lse - x[t]) + s * (lse - mean(x)).
     """
     m = logits.amax(dim=-1, keepdim=True).detach()
     lse = (torch.log(torch.exp(logits - m).sum(dim=-1, keepdim=True)) + m).squeeze(-1)
     valid = targets != ignore_index
     safe_t = torch.where(valid, targets, torch.zeros_like(targets))
     picked = logits.gather(1, safe_t.unsqueeze(1)).squeeze(1)
-    per_row = torch.where(valid, lse - picked, torch.zeros_like(lse))
+    nll = lse - picked
+    if label_smoothing:
+        nll = (1 - label_smoothing) * nll + label_smoothing * (lse - logits.mean(dim=-1))
+    per_row = torch.where(valid, nll, torch.zeros_like(lse))
     loss = per_row.sum() / valid.sum().to(logits.dtype)
     return loss, lse

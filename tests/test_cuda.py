@@ -76,18 +76,19 @@ def test_layer_norm_matches_cpu(shape, affine, dtype):
                                    rtol=TOL[dtype]["rtol"])
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 1.0])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("N, V", [(1, 1), (7, 3), (3072, 65), (64, 50257), (8, 131072)], ids=str)
 @pytest.mark.parametrize("ignored", ["none", "some", "all"])
-def test_cross_entropy_matches_cpu(N, V, ignored, dtype):
+def test_cross_entropy_matches_cpu(N, V, ignored, dtype, smoothing):
     (logits,), (logits_c,) = _pair((N, V), dtype=dtype, scale=3.0)
     targets = torch.randint(V, (N,))
     if ignored == "some":
         targets[::3] = -100
     elif ignored == "all":
         targets[:] = -100
-    loss = ops.cross_entropy(logits, targets)
-    loss_c = ops.cross_entropy(logits_c, targets.cuda())
+    loss = ops.cross_entropy(logits, targets, label_smoothing=smoothing)
+    loss_c = ops.cross_entropy(logits_c, targets.cuda(), label_smoothing=smoothing)
     assert loss_c.dtype == dtype
     _close(loss_c, loss, dtype, "loss")
     loss.backward()
@@ -106,6 +107,9 @@ def test_bad_input_on_cuda():
         ops.attention(q, q.cpu(), q)
     with pytest.raises(ValueError, match="out of range"):
         ops.cross_entropy(torch.randn(3, 5, device="cuda"), torch.tensor([0, 5, 1], device="cuda"))
+    with pytest.raises(ValueError, match="label_smoothing"):
+        ops.cross_entropy(torch.randn(3, 5, device="cuda"), torch.tensor([0, 4, 1], device="cuda"),
+                          label_smoothing=-0.1)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -118,6 +122,8 @@ def test_opcheck_on_cuda(dtype):
     torch.library.opcheck(torch.ops.pygpt.layer_norm.default, (t(4, 33), t(33), t(33), 1e-5))
     torch.library.opcheck(torch.ops.pygpt.cross_entropy.default,
                           (t(6, 11), torch.randint(11, (6,), device="cuda"), -100))
+    torch.library.opcheck(torch.ops.pygpt.cross_entropy.default,
+                          (t(6, 11), torch.randint(11, (6,), device="cuda"), -100, 0.1))
 
 
 def test_training_on_gpu_follows_cpu():

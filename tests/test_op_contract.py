@@ -41,15 +41,27 @@ class Contract:
     good: Callable[[], tuple]  # valid tensor arguments
     bad: dict  # case name -> Bad
     off_device: str  # the argument moved to the meta device in test_bad_device
+    # Trailing tensor arguments that the public wrapper takes by keyword and the raw op after
+    # the options (attention's lengths); `label` tells such a contract from the op's plain one.
+    keywords: tuple = ()
+    label: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
 
     def call(self, caller, *tensors):
         op = getattr(torch.ops.pygpt, self.name)
+        n = len(tensors) - len(self.keywords)
+        positional, by_keyword = tensors[:n], tensors[n:]
         if caller == "public":
-            return getattr(pygpt.ops, self.name)(*tensors)
+            return getattr(pygpt.ops, self.name)(*positional,
+                                                  **dict(zip(self.keywords, by_keyword)))
+        args = (*positional, *self.options, *by_keyword)
         if caller == "raw":
-            return op(*tensors, *self.options)
+            return op(*args)
         assert caller == "cpu_kernel", caller
-        return op.default.redispatch(CPU_KERNEL, *tensors, *self.options)
+        return op.default.redispatch(CPU_KERNEL, *args)
 
 
 # --- attention: q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv) -----------------------------------
@@ -82,6 +94,34 @@ def _attention_bad():
 
 ATTENTION = Contract("attention", ("q", "k", "v"), options=(True, None),  # causal, scale
                      good=_attention_good, bad=_attention_bad(), off_device="k")
+
+
+# --- attention's lengths: int32/int64 (B,) on q's device, in [0, Tq] and [0, Tk] --------------
+
+
+def _lengths_good():
+    q, k, v = _attention_good()  # B=2, Tq=5, Tk=6
+    return q, k, v, torch.tensor([5, 0]), torch.tensor([6, 1], dtype=torch.int32)
+
+
+def _lengths_bad():
+    q, k, v, ql, kl = _lengths_good()
+    return {
+        "q_lengths_float": Bad((q, k, v, ql.float(), kl), "q_lengths", WHAT_DTYPE + "|int"),
+        "kv_lengths_int16": Bad((q, k, v, ql, kl.short()), "kv_lengths", WHAT_DTYPE + "|int"),
+        "q_lengths_2d": Bad((q, k, v, ql[None], kl), "q_lengths", WHAT_RANK),
+        "kv_lengths_short": Bad((q, k, v, ql, kl[:1]), "kv_lengths", WHAT_SIZE),
+        "q_lengths_negative": Bad((q, k, v, torch.tensor([-1, 2]), kl), "q_lengths", WHAT_RANGE),
+        "q_lengths_past_Tq": Bad((q, k, v, torch.tensor([6, 2]), kl), "q_lengths", WHAT_RANGE),
+        "kv_lengths_past_Tk": Bad((q, k, v, ql, torch.tensor([0, 7])), "kv_lengths", WHAT_RANGE),
+        "kv_lengths_huge": Bad((q, k, v, None, torch.tensor([2**40, 1])), "kv_lengths", WHAT_RANGE),
+    }
+
+
+ATTENTION_LENGTHS = Contract("attention", ("q", "k", "v", "q_lengths", "kv_lengths"),
+                             options=(True, None), good=_lengths_good, bad=_lengths_bad(),
+                             off_device="kv_lengths", keywords=("q_lengths", "kv_lengths"),
+                             label="attention_lengths")
 
 
 # --- layer_norm: x (..., C), weight (C) or None, bias (C) or None -----------------------------
@@ -146,11 +186,12 @@ def _cross_entropy_bad():
     }
 
 
-CROSS_ENTROPY = Contract("cross_entropy", ("logits", "targets"), options=(-100,),  # ignore_index
+CROSS_ENTROPY = Contract("cross_entropy", ("logits", "targets"),
+                         options=(-100, 0.0),  # ignore_index, label_smoothing
                          good=_cross_entropy_good, bad=_cross_entropy_bad(), off_device="targets")
 
 
-CONTRACTS = {c.name: c for c in (ATTENTION, LAYER_NORM, CROSS_ENTROPY)}
+CONTRACTS = {c.key: c for c in (ATTENTION, ATTENTION_LENGTHS, LAYER_NORM, CROSS_ENTROPY)}
 
 BAD_CASES = [pytest.param(op, case, id=f"{op}-{case}")
              for op, contract in CONTRACTS.items() for case in contract.bad]

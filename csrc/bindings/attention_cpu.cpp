@@ -19,9 +19,13 @@ cpu::View4<T> view4(const at::Tensor& t) {
 
 std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::Tensor& k,
                                                  const at::Tensor& v, bool causal,
-                                                 std::optional<double> scale) {
-  check_cpu_float(q, "pygpt.attention", "q");
-  const AttentionShape s = attention_shape(q, k, v, causal, scale);
+                                                 std::optional<double> scale,
+                                                 const std::optional<at::Tensor>& q_lengths,
+                                                 const std::optional<at::Tensor>& kv_lengths) {
+  const char* op = "pygpt.attention";
+  check_cpu_float(q, op, "q");
+  const AttentionArgs args = attention_args(q, k, v, causal, scale, q_lengths, kv_lengths, op);
+  const AttentionShape& s = args.shape;
   at::Tensor out = at::empty({s.B, s.H, s.Tq, s.Dv}, q.options());
   at::Tensor lse = at::empty({s.B, s.H, s.Tq}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "pygpt.attention", [&] {
@@ -36,10 +40,12 @@ std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
     const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const at::Tensor& out, const at::Tensor& lse, bool causal, std::optional<double> scale) {
+    const at::Tensor& out, const at::Tensor& lse, bool causal, std::optional<double> scale,
+    const std::optional<at::Tensor>& q_lengths, const std::optional<at::Tensor>& kv_lengths) {
   const char* op = "pygpt.attention_backward";
   check_cpu_float(q, op, "q");
-  const AttentionShape s = attention_shape(q, k, v, causal, scale);
+  const AttentionArgs args = attention_args(q, k, v, causal, scale, q_lengths, kv_lengths, op);
+  const AttentionShape& s = args.shape;
   check_matches(grad_out, "grad_out", q, "q", op);
   check_matches(out, "out", q, "q", op);
   check_matches(lse, "lse", q, "q", op);

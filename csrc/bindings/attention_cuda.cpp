@@ -10,19 +10,26 @@
 namespace pygpt {
 namespace {
 
-AttentionShape checked_shape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                             bool causal, std::optional<double> scale, const char* op) {
+AttentionArgs checked_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           bool causal, std::optional<double> scale,
+                           const std::optional<at::Tensor>& q_lengths,
+                           const std::optional<at::Tensor>& kv_lengths, const char* op) {
   check_cuda_float(q, op, "q");
-  const AttentionShape s = attention_shape(q, k, v, causal, scale);
+  AttentionArgs args = attention_args(q, k, v, causal, scale, q_lengths, kv_lengths, op);
+  const AttentionShape& s = args.shape;
   TORCH_CHECK(s.Dk <= cuda::kMaxHeadDim && s.Dv <= cuda::kMaxHeadDim, op,
               ": head dims up to ", cuda::kMaxHeadDim, " on CUDA, got Dk=", s.Dk, " Dv=", s.Dv);
-  return s;
+  return args;
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k,
                                                   const at::Tensor& v, bool causal,
-                                                  std::optional<double> scale) {
-  const AttentionShape s = checked_shape(q, k, v, causal, scale, "pygpt.attention");
+                                                  std::optional<double> scale,
+                                                  const std::optional<at::Tensor>& q_lengths,
+                                                  const std::optional<at::Tensor>& kv_lengths) {
+  const AttentionArgs args =
+      checked_args(q, k, v, causal, scale, q_lengths, kv_lengths, "pygpt.attention");
+  const AttentionShape& s = args.shape;
   const c10::cuda::CUDAGuard guard(q.device());
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   at::Tensor out = at::empty({s.B, s.H, s.Tq, s.Dv}, q.options());
@@ -35,9 +42,11 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const at::Tensor& out, const at::Tensor& lse, bool causal, std::optional<double> scale) {
+    const at::Tensor& out, const at::Tensor& lse, bool causal, std::optional<double> scale,
+    const std::optional<at::Tensor>& q_lengths, const std::optional<at::Tensor>& kv_lengths) {
   const char* op = "pygpt.attention_backward";
-  const AttentionShape s = checked_shape(q, k, v, causal, scale, op);
+  const AttentionArgs args = checked_args(q, k, v, causal, scale, q_lengths, kv_lengths, op);
+  const AttentionShape& s = args.shape;
   check_matches(grad_out, "grad_out", q, "q", op);
   check_matches(out, "out", q, "q", op);
   TORCH_CHECK(lse.device() == q.device() && lse.scalar_type() == at::kFloat, op,

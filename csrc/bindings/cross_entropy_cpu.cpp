@@ -35,10 +35,10 @@ at::Tensor unit_column_stride(const at::Tensor& logits) {
 
 std::tuple<at::Tensor, at::Tensor> cross_entropy_cpu(const at::Tensor& logits_in,
                                                      const at::Tensor& targets_in,
-                                                     int64_t ignore_index) {
+                                                     int64_t ignore_index, double label_smoothing) {
   const char* op = "pygpt.cross_entropy";
   check_cpu_float(logits_in, op, "logits");
-  check_cross_entropy_args(logits_in, targets_in, op);
+  check_cross_entropy_args(logits_in, targets_in, label_smoothing, op);
   const at::Tensor logits = unit_column_stride(logits_in), targets = targets_in.contiguous();
   const int64_t N = logits.size(0), V = logits.size(1);
   const int64_t valid = count_valid_targets(targets, V, ignore_index, op);
@@ -51,7 +51,7 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_cpu(const at::Tensor& logits_in
         [&](int64_t begin, int64_t end, double acc) {
           return acc + cpu::cross_entropy_forward<scalar_t>(
                            logits.const_data_ptr<scalar_t>(), logits.stride(0),
-                           targets.const_data_ptr<int64_t>(), V, ignore_index,
+                           targets.const_data_ptr<int64_t>(), V, ignore_index, label_smoothing,
                            lse.data_ptr<scalar_t>(), begin, end);
         },
         std::plus<double>());
@@ -63,10 +63,10 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_cpu(const at::Tensor& logits_in
 
 at::Tensor cross_entropy_backward_cpu(const at::Tensor& grad_loss, const at::Tensor& logits_in,
                                       const at::Tensor& targets_in, const at::Tensor& lse_in,
-                                      int64_t ignore_index) {
+                                      int64_t ignore_index, double label_smoothing) {
   const char* op = "pygpt.cross_entropy_backward";
   check_cpu_float(logits_in, op, "logits");
-  check_cross_entropy_args(logits_in, targets_in, op);
+  check_cross_entropy_args(logits_in, targets_in, label_smoothing, op);
   check_matches(grad_loss, "grad_loss", logits_in, "logits", op);
   check_matches(lse_in, "lse", logits_in, "logits", op);
   TORCH_CHECK(grad_loss.numel() == 1, op, ": grad_loss must hold one value, got shape ",
@@ -85,7 +85,7 @@ at::Tensor cross_entropy_backward_cpu(const at::Tensor& grad_loss, const at::Ten
     at::parallel_for(0, N, row_grain(V), [&](int64_t begin, int64_t end) {
       cpu::cross_entropy_backward<scalar_t>(
           logits.const_data_ptr<scalar_t>(), logits.stride(0), targets.const_data_ptr<int64_t>(),
-          lse.const_data_ptr<scalar_t>(), V, ignore_index, scale,
+          lse.const_data_ptr<scalar_t>(), V, ignore_index, label_smoothing, scale,
           grad_logits.data_ptr<scalar_t>(), begin, end);
     });
   });

@@ -27,10 +27,11 @@ at::Tensor unit_column_stride(const at::Tensor& logits) {
 
 std::tuple<at::Tensor, at::Tensor> cross_entropy_cuda(const at::Tensor& logits_in,
                                                       const at::Tensor& targets_in,
-                                                      int64_t ignore_index) {
+                                                      int64_t ignore_index,
+                                                      double label_smoothing) {
   const char* op = "pygpt.cross_entropy";
   check_cuda_float(logits_in, op, "logits");
-  check_cross_entropy_args(logits_in, targets_in, op);
+  check_cross_entropy_args(logits_in, targets_in, label_smoothing, op);
   const c10::cuda::CUDAGuard guard(logits_in.device());
   const at::Tensor logits = unit_column_stride(logits_in), targets = targets_in.contiguous();
   const int64_t N = logits.size(0), V = logits.size(1);
@@ -40,17 +41,17 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_cuda(const at::Tensor& logits_i
   at::Tensor scratch = workspace(cuda::cross_entropy_workspace_bytes(N), logits);
   C10_CUDA_CHECK(cuda::cross_entropy_forward(
       cuda_dtype(logits), logits.const_data_ptr(), logits.stride(0),
-      targets.const_data_ptr<int64_t>(), N, V, ignore_index, lse.data_ptr<float>(),
-      loss.data_ptr<float>(), scratch.data_ptr(), current_stream()));
+      targets.const_data_ptr<int64_t>(), N, V, ignore_index, label_smoothing,
+      lse.data_ptr<float>(), loss.data_ptr<float>(), scratch.data_ptr(), current_stream()));
   return {loss.to(logits.scalar_type()), lse};
 }
 
 at::Tensor cross_entropy_backward_cuda(const at::Tensor& grad_loss, const at::Tensor& logits_in,
                                        const at::Tensor& targets_in, const at::Tensor& lse,
-                                       int64_t ignore_index) {
+                                       int64_t ignore_index, double label_smoothing) {
   const char* op = "pygpt.cross_entropy_backward";
   check_cuda_float(logits_in, op, "logits");
-  check_cross_entropy_args(logits_in, targets_in, op);
+  check_cross_entropy_args(logits_in, targets_in, label_smoothing, op);
   check_matches(grad_loss, "grad_loss", logits_in, "logits", op);
   TORCH_CHECK(grad_loss.numel() == 1, op, ": grad_loss must hold one value, got shape ",
               grad_loss.sizes());
@@ -66,7 +67,8 @@ at::Tensor cross_entropy_backward_cuda(const at::Tensor& grad_loss, const at::Te
   C10_CUDA_CHECK(cuda::cross_entropy_backward(
       cuda_dtype(logits), logits.const_data_ptr(), logits.stride(0),
       targets.const_data_ptr<int64_t>(), lse_c.const_data_ptr<float>(), grad.const_data_ptr<float>(),
-      N, V, ignore_index, grad_logits.data_ptr(), scratch.data_ptr(), current_stream()));
+      N, V, ignore_index, label_smoothing, grad_logits.data_ptr(), scratch.data_ptr(),
+      current_stream()));
   return grad_logits;
 }
 

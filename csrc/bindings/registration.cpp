@@ -10,19 +10,22 @@ extern "C" PyObject* PyInit__C(void) {
 }
 
 TORCH_LIBRARY(pygpt, m) {
-  // Returns (out, lse); lse is the log-sum-exp of each scaled, masked score row.
-  m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=True, float? scale=None)"
-        " -> (Tensor, Tensor)");
+  // Returns (out, lse); lse is the log-sum-exp of each scaled, masked score row. The lengths are
+  // the real queries and keys of each batch row of a right-padded batch (None: all).
+  m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=True, float? scale=None,"
+        " Tensor? q_lengths=None, Tensor? kv_lengths=None) -> (Tensor, Tensor)");
   m.def("attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,"
-        " bool causal, float? scale) -> (Tensor, Tensor, Tensor)");
+        " bool causal, float? scale, Tensor? q_lengths=None, Tensor? kv_lengths=None)"
+        " -> (Tensor, Tensor, Tensor)");
   // Returns (y, mean, rstd).
   m.def("layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05)"
         " -> (Tensor, Tensor, Tensor)");
   // Returns (grad_x, grad_weight, grad_bias); a gradient not asked for is an empty tensor.
   m.def("layer_norm_backward(Tensor grad_y, Tensor x, Tensor? weight, Tensor mean, Tensor rstd,"
         " bool weight_grad, bool bias_grad) -> (Tensor, Tensor, Tensor)");
-  // Returns (mean loss, lse per row).
-  m.def("cross_entropy(Tensor logits, Tensor targets, int ignore_index=-100) -> (Tensor, Tensor)");
+  // Returns (mean loss, lse per row); label_smoothing as in F.cross_entropy.
+  m.def("cross_entropy(Tensor logits, Tensor targets, int ignore_index=-100,"
+        " float label_smoothing=0.0) -> (Tensor, Tensor)");
   m.def("cross_entropy_backward(Tensor grad_loss, Tensor logits, Tensor targets, Tensor lse,"
-        " int ignore_index) -> Tensor");
+        " int ignore_index, float label_smoothing=0.0) -> Tensor");
 }

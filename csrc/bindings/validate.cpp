@@ -1,5 +1,6 @@
 #include "bindings/validate.h"
 
+#include <ATen/ops/aminmax.h>
 #include <c10/util/Exception.h>
 
 #include <cmath>
@@ -28,9 +29,34 @@ void check_matches(const at::Tensor& t, const char* name, const at::Tensor& ref,
               " but ", ref_name, " has dtype ", ref.scalar_type());
 }
 
-AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               bool causal, std::optional<double> scale) {
-  const char* op = "pygpt.attention";
+namespace {
+
+// lengths as a contiguous int32 (B,) tensor, checked: integer, (B,), on q's device, in [0, limit].
+at::Tensor checked_lengths(const std::optional<at::Tensor>& lengths, const char* name, int64_t B,
+                           int64_t limit, const at::Tensor& q, const char* op) {
+  if (!lengths.has_value()) return {};
+  const at::Tensor& t = lengths.value();
+  TORCH_CHECK(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, op, ": ", name,
+              " must be int32 or int64, got ", t.scalar_type());
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == B, op, ": ", name, " must have shape (", B,
+              ",), one length per batch row, got ", t.sizes());
+  TORCH_CHECK(t.device() == q.device(), op, ": ", name, " is on ", t.device(), " but q is on ",
+              q.device());
+  if (B > 0) {
+    const auto [lo, hi] = at::aminmax(t);
+    const int64_t min = lo.item<int64_t>(), max = hi.item<int64_t>();
+    TORCH_CHECK_VALUE(min >= 0 && max <= limit, op, ": ", name, " must lie in [0, ", limit,
+                      "], got values from ", min, " to ", max);
+  }
+  return t.to(at::kInt).contiguous();
+}
+
+}  // namespace
+
+AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             bool causal, std::optional<double> scale,
+                             const std::optional<at::Tensor>& q_lengths,
+                             const std::optional<at::Tensor>& kv_lengths, const char* op) {
   TORCH_CHECK(q.dim() == 4, op, ": q must be 4-D (B, H, Tq, Dk), got shape ", q.sizes());
   TORCH_CHECK(k.dim() == 4, op, ": k must be 4-D (B, H, Tk, Dk), got shape ", k.sizes());
   TORCH_CHECK(v.dim() == 4, op, ": v must be 4-D (B, H, Tk, Dv), got shape ", v.sizes());
@@ -49,7 +75,12 @@ AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k, const a
   const double default_scale = q.size(3) > 0 ? 1.0 / std::sqrt(double(q.size(3))) : 1.0;
   const double s = scale.value_or(default_scale);
   TORCH_CHECK_VALUE(std::isfinite(s), op, ": scale must be finite, got ", s);
-  return {q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), causal, s};
+  AttentionArgs args{{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), causal, s},
+                     checked_lengths(q_lengths, "q_lengths", q.size(0), q.size(2), q, op),
+                     checked_lengths(kv_lengths, "kv_lengths", q.size(0), k.size(2), q, op)};
+  if (args.q_lengths.defined()) args.shape.q_lengths = args.q_lengths.const_data_ptr<int32_t>();
+  if (args.kv_lengths.defined()) args.shape.kv_lengths = args.kv_lengths.const_data_ptr<int32_t>();
+  return args;
 }
 
 void check_layer_norm_args(const at::Tensor& x, const std::optional<at::Tensor>& weight,
@@ -65,7 +96,8 @@ void check_layer_norm_args(const at::Tensor& x, const std::optional<at::Tensor>&
   }
 }
 
-void check_cross_entropy_args(const at::Tensor& logits, const at::Tensor& targets, const char* op) {
+void check_cross_entropy_args(const at::Tensor& logits, const at::Tensor& targets,
+                              double label_smoothing, const char* op) {
   TORCH_CHECK(logits.dim() == 2, op, ": logits must be 2-D (N, V), got shape ", logits.sizes());
   TORCH_CHECK(targets.dim() == 1, op, ": targets must be 1-D (N,), got shape ", targets.sizes());
   TORCH_CHECK(targets.scalar_type() == at::kLong, op, ": targets must be int64, got ",
@@ -74,6 +106,8 @@ void check_cross_entropy_args(const at::Tensor& logits, const at::Tensor& target
               " but logits is on ", logits.device());
   TORCH_CHECK(targets.size(0) == logits.size(0), op, ": targets has ", targets.size(0),
               " entries but logits has ", logits.size(0), " rows");
+  TORCH_CHECK_VALUE(label_smoothing >= 0.0 && label_smoothing <= 1.0, op,
+                    ": label_smoothing must be a finite number in [0, 1], got ", label_smoothing);
 }
 
 }  // namespace pygpt

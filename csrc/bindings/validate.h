@@ -20,16 +20,27 @@ void check_cuda_float(const at::Tensor& t, const char* op, const char* name);
 void check_matches(const at::Tensor& t, const char* name, const at::Tensor& ref,
                    const char* ref_name, const char* op);
 
-// q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv) agree; returns the shape with the default scale
-// 1/sqrt(Dk) filled in.
-AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               bool causal, std::optional<double> scale);
+// A checked attention call: its shape, whose length pointers (if any) point into the int32
+// length tensors held here (keep the whole struct alive while the kernels run).
+struct AttentionArgs {
+  AttentionShape shape;
+  at::Tensor q_lengths, kv_lengths;  // contiguous int32 (B,), or undefined
+};
+
+// q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv) agree, and the lengths, when given, are int32 or
+// int64 (B,) tensors on q's device with values in [0, Tq] and [0, Tk]; returns the shape with
+// the default scale 1/sqrt(Dk) filled in.
+AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             bool causal, std::optional<double> scale,
+                             const std::optional<at::Tensor>& q_lengths,
+                             const std::optional<at::Tensor>& kv_lengths, const char* op);
 
 // weight and bias, when given, are (C,) for x (..., C), with x's dtype and device.
 void check_layer_norm_args(const at::Tensor& x, const std::optional<at::Tensor>& weight,
                            const std::optional<at::Tensor>& bias, const char* op);
 
-// logits (N, V) floating, targets (N,) int64 on the same device.
-void check_cross_entropy_args(const at::Tensor& logits, const at::Tensor& targets, const char* op);
+// logits (N, V) floating, targets (N,) int64 on the same device; label_smoothing finite in [0, 1].
+void check_cross_entropy_args(const at::Tensor& logits, const at::Tensor& targets,
+                              double label_smoothing, const char* op);
 
 }  // namespace pygpt

@@ -20,10 +20,21 @@ constexpr int64_t kQueryTile = kAttentionQueryTile;
 constexpr int64_t kKeyTile = 64;  // a multiple of tile_cols<T>() for float and double
 static_assert(kKeyTile % tile_cols<float>() == 0 && kQueryTile % kTileRows == 0);
 
-// How many keys query i (0-based among the Tq queries) may see; the visible keys are a prefix.
-int64_t visible_keys(const AttentionShape& s, int64_t i) {
-  if (!s.causal) return s.Tk;
-  return std::clamp<int64_t>(i + 1 + s.Tk - s.Tq, 0, s.Tk);
+// The real queries and keys of one batch row (all Tq and Tk without lengths).
+struct RowLengths {
+  int64_t q, kv;
+};
+
+// How many keys query i (0-based among the row's real queries) may see; they are a prefix.
+int64_t visible_keys(const AttentionShape& s, RowLengths len, int64_t i) {
+  if (!s.causal) return len.kv;
+  return std::clamp<int64_t>(i + 1 + len.kv - len.q, 0, len.kv);
+}
+
+// Rows [begin, end) of a (rows, D) block at dst, zeroed: outputs and gradients of padding.
+template <typename T>
+void zero_rows(T* dst, int64_t begin, int64_t end, int64_t D) {
+  std::fill(dst + begin * D, dst + end * D, T(0));
 }
 
 // dst (rows_pad x ld) = mul * src[0:rows, 0:D], zero outside; src is a strided (T, D) slice.
@@ -94,11 +105,21 @@ void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T>
 
   for (int64_t item = item_begin; item < item_end; ++item) {
     const int64_t bh = item / q_tiles, b = bh / s.H, h = bh % s.H;
+    const RowLengths len{s.q_len(b), s.kv_len(b)};
     const int64_t r0 = (item % q_tiles) * kQueryTile;
-    const int64_t mq = std::min(kQueryTile, s.Tq - r0), mq_pad = round_up(mq, kTileRows);
+    const int64_t tile_rows = std::min(kQueryTile, s.Tq - r0);
+    // The tile's real queries; the rest are padding, which gets zeros and lse -inf.
+    const int64_t mq = std::clamp<int64_t>(len.q - r0, 0, tile_rows);
+    const int64_t mq_pad = round_up(mq, kTileRows);
+    zero_rows(out + (bh * s.Tq + r0) * s.Dv, mq, tile_rows, s.Dv);
+    std::fill(lse + bh * s.Tq + r0 + mq, lse + bh * s.Tq + r0 + tile_rows,
+              -std::numeric_limits<T>::infinity());
+    if (mq == 0) continue;
     if (bh != packed_bh) {
-      pack_transposed(k.at(b, h, 0), k.stride_t, k.stride_d, s.Tk, tk_pad, s.Dk, kt.data(), tk_pad);
-      pack_rows(v.at(b, h, 0), v.stride_t, v.stride_d, s.Tk, s.Tk, s.Dv, T(1), vs.data(), dv_pad);
+      pack_transposed(k.at(b, h, 0), k.stride_t, k.stride_d, len.kv, tk_pad, s.Dk, kt.data(),
+                      tk_pad);
+      pack_rows(v.at(b, h, 0), v.stride_t, v.stride_d, len.kv, len.kv, s.Dv, T(1), vs.data(),
+                dv_pad);
       packed_bh = bh;
     }
     pack_rows(q.at(b, h, r0), q.stride_t, q.stride_d, mq, mq_pad, s.Dk, T(s.scale), qs.data(),
@@ -107,14 +128,14 @@ void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T>
     std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
     std::fill(l.begin(), l.end(), T(0));
 
-    const int64_t key_end = visible_keys(s, r0 + mq - 1);  // the tile's last row sees the most
+    const int64_t key_end = visible_keys(s, len, r0 + mq - 1);  // the last row sees the most
     for (int64_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
       const int64_t nk = std::min(kKeyTile, key_end - k0), nk_pad = round_up(nk, NR);
       tile_gemm<T>(mq_pad, nk_pad, s.Dk, qs.data(), dk_pad, 1, kt.data() + k0, tk_pad,
                    scores.data(), kKeyTile, false);
       for (int64_t i = 0; i < mq; ++i) {
         T* p = scores.data() + i * kKeyTile;
-        const int64_t nvis = std::clamp<int64_t>(visible_keys(s, r0 + i) - k0, 0, nk);
+        const int64_t nvis = std::clamp<int64_t>(visible_keys(s, len, r0 + i) - k0, 0, nk);
         std::fill(p + nvis, p + nk, T(0));
         if (nvis == 0) continue;
         const T m_new = std::max(m[i], row_max(p, nvis));
@@ -160,13 +181,19 @@ void attention_backward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T
 
   for (int64_t bh = item_begin; bh < item_end; ++bh) {
     const int64_t b = bh / s.H, h = bh % s.H;
+    const RowLengths len{s.q_len(b), s.kv_len(b)};
     const T* lse_bh = lse + bh * s.Tq;
+    // Padded queries and keys get zero gradients; only the real ones are read below.
+    zero_rows(dq + bh * s.Tq * s.Dk, len.q, s.Tq, s.Dk);
+    zero_rows(dk + bh * s.Tk * s.Dk, len.kv, s.Tk, s.Dk);
+    zero_rows(dv + bh * s.Tk * s.Dv, len.kv, s.Tk, s.Dv);
     // Whole-head copies: Q pre-scaled (so S = Qs K^T and dK = dS^T Qs), and dO.
-    pack_rows(q.at(b, h, 0), q.stride_t, q.stride_d, s.Tq, tq_pad, s.Dk, T(s.scale), qs.data(),
+    const int64_t lq_pad = round_up(len.q, kTileRows);
+    pack_rows(q.at(b, h, 0), q.stride_t, q.stride_d, len.q, lq_pad, s.Dk, T(s.scale), qs.data(),
               dk_pad);
-    pack_rows(grad_out.at(b, h, 0), grad_out.stride_t, grad_out.stride_d, s.Tq, tq_pad, s.Dv, T(1),
-              dos.data(), dv_pad);
-    for (int64_t i = 0; i < s.Tq; ++i) {  // delta_i = rowsum(dO * O) = rowsum(dP * P)
+    pack_rows(grad_out.at(b, h, 0), grad_out.stride_t, grad_out.stride_d, len.q, lq_pad, s.Dv,
+              T(1), dos.data(), dv_pad);
+    for (int64_t i = 0; i < len.q; ++i) {  // delta_i = rowsum(dO * O) = rowsum(dP * P)
       const T* o = out.at(b, h, i);
       const T* g = dos.data() + i * dv_pad;
       T sum = 0;
@@ -175,8 +202,8 @@ void attention_backward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T
     }
     std::fill(dq_acc.begin(), dq_acc.end(), T(0));
 
-    for (int64_t k0 = 0; k0 < s.Tk; k0 += kKeyTile) {
-      const int64_t nk = std::min(kKeyTile, s.Tk - k0), nk_pad = round_up(nk, NR);
+    for (int64_t k0 = 0; k0 < len.kv; k0 += kKeyTile) {
+      const int64_t nk = std::min(kKeyTile, len.kv - k0), nk_pad = round_up(nk, NR);
       pack_transposed(k.at(b, h, k0), k.stride_t, k.stride_d, nk, nk_pad, s.Dk, kt.data(),
                       kKeyTile);
       pack_transposed(v.at(b, h, k0), v.stride_t, v.stride_d, nk, nk_pad, s.Dv, vt.data(),
@@ -186,9 +213,9 @@ void attention_backward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T
       std::fill(dv_acc.begin(), dv_acc.end(), T(0));
 
       // The first query that sees key k0; earlier query tiles contribute nothing to this tile.
-      const int64_t first_row = s.causal ? std::max<int64_t>(0, k0 - (s.Tk - s.Tq)) : 0;
-      for (int64_t r0 = first_row / kQueryTile * kQueryTile; r0 < s.Tq; r0 += kQueryTile) {
-        const int64_t mq = std::min(kQueryTile, s.Tq - r0), mq_pad = round_up(mq, kTileRows);
+      const int64_t first_row = s.causal ? std::max<int64_t>(0, k0 - (len.kv - len.q)) : 0;
+      for (int64_t r0 = first_row / kQueryTile * kQueryTile; r0 < len.q; r0 += kQueryTile) {
+        const int64_t mq = std::min(kQueryTile, len.q - r0), mq_pad = round_up(mq, kTileRows);
         const T* qs_tile = qs.data() + r0 * dk_pad;
         const T* dos_tile = dos.data() + r0 * dv_pad;
         tile_gemm<T>(mq_pad, nk_pad, s.Dk, qs_tile, dk_pad, 1, kt.data(), kKeyTile, p.data(),
@@ -198,7 +225,7 @@ void attention_backward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T
         for (int64_t i = 0; i < mq; ++i) {  // P = exp(S - lse), dS = P * (dP - delta)
           T* pr = p.data() + i * kKeyTile;
           T* dsr = ds.data() + i * kKeyTile;
-          const int64_t nvis = std::clamp<int64_t>(visible_keys(s, r0 + i) - k0, 0, nk);
+          const int64_t nvis = std::clamp<int64_t>(visible_keys(s, len, r0 + i) - k0, 0, nk);
           const T row_lse = lse_bh[r0 + i], row_delta = delta[r0 + i];
 #pragma omp simd
           for (int64_t j = 0; j < nvis; ++j) {
@@ -223,7 +250,7 @@ void attention_backward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T
       }
     }
     const T scale = T(s.scale);
-    for (int64_t i = 0; i < s.Tq; ++i) {
+    for (int64_t i = 0; i < len.q; ++i) {
       const T* a = dq_acc.data() + i * dk_pad;
       T* d = dq + (bh * s.Tq + i) * s.Dk;
       for (int64_t c = 0; c < s.Dk; ++c) d[c] = a[c] * scale;

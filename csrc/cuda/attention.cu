@@ -28,6 +28,17 @@
 // -inf (never NaN) and the row ends with sum 0: out = 0, lse = -inf. In the backward, a key is
 // used only if visible and the row's lse is not -inf, so such rows give P = dS = 0.
 //
+// Padded batches (AttentionShape's q_lengths / kv_lengths, device pointers): every kernel reads
+// its batch row's Lq and Lk and masks with them where it masked with Tq and Tk (so each row gets
+// its own bottom-right causal alignment), addressing memory with Tq and Tk as before; no padded
+// position of q, k, v, out, grad_out or lse is ever read, and padded work is skipped. Forward: a
+// block whose query tile lies wholly past Lq writes zeros and lse -inf and exits; the key loop
+// ends at the last key a real row sees (at most Lk); rows past Lq in a cut tile end as rows that
+// see no key. Backward: a block whose key tile lies wholly past Lk writes zero dk, dv and exits;
+// the others stop their query loop at Lq and write zero dk, dv for their tile's keys past Lk; the
+// preprocess reads no padded row (its dQ accumulator is still zeroed, so the convert writes
+// dq = 0 there). Without lengths Lq = Tq and Lk = Tk: the same work as before.
+//
 // Head dims: kernels are instantiated for a maximum head dim of 32, 64 or 128 (the smallest that
 // holds max(Dk, Dv)); columns past Dk / Dv are zero in shared memory and never stored. Dynamic
 // shared memory per block (opted in above 48 KB) for head dims up to 32 / 64 / 128: forward
@@ -69,17 +80,18 @@ __host__ __device__ __forceinline__ I max_of(I a, I b) {
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
-// How many keys query i sees (a prefix of the keys); 0 for padding rows i >= Tq.
-__device__ __forceinline__ int64_t visible_keys(int64_t i, int64_t Tq, int64_t Tk, bool causal) {
-  if (i >= Tq) return 0;
-  if (!causal) return Tk;
-  return min_of<int64_t>(max_of<int64_t>(i + 1 + Tk - Tq, 0), Tk);
+// How many keys query i sees (a prefix of the keys) in a batch row of Lq real queries and Lk
+// real keys (Tq and Tk without lengths); 0 for padding rows i >= Lq.
+__device__ __forceinline__ int64_t visible_keys(int64_t i, int64_t Lq, int64_t Lk, bool causal) {
+  if (i >= Lq) return 0;
+  if (!causal) return Lk;
+  return min_of<int64_t>(max_of<int64_t>(i + 1 + Lk - Lq, 0), Lk);
 }
 
 // Which keys of one key tile (keys k0 .. k0 + nk - 1) each of `rows` consecutive queries
 // (i0, i0 + 1, ...) sees, in 32-bit arithmetic: query i0 + r sees tile keys j < limit(r).
 struct TileMask {
-  int valid_rows;  // rows r >= valid_rows are padding past Tq: they see nothing
+  int valid_rows;  // rows r >= valid_rows are padding past Lq: they see nothing
   int base;        // query i0 + r sees tile keys j < base + r (before clamping to [0, nk])
   int nk;
 
@@ -89,13 +101,13 @@ struct TileMask {
 };
 
 __device__ __forceinline__ TileMask tile_mask(int64_t i0, int rows, int64_t k0, int nk,
-                                              int64_t Tq, int64_t Tk, bool causal) {
+                                              int64_t Lq, int64_t Lk, bool causal) {
   TileMask m;
-  m.valid_rows = static_cast<int>(min_of<int64_t>(max_of<int64_t>(Tq - i0, 0), rows));
-  // visible_keys(i0 + r) - k0 = i0 + r + 1 + Tk - Tq - k0 under the causal mask (the clamps to
-  // [0, Tk] don't change j < limit for 0 <= j < nk); clamping base to [-rows, nk] keeps it exact.
+  m.valid_rows = static_cast<int>(min_of<int64_t>(max_of<int64_t>(Lq - i0, 0), rows));
+  // visible_keys(i0 + r) - k0 = i0 + r + 1 + Lk - Lq - k0 under the causal mask (the clamps to
+  // [0, Lk] don't change j < limit for 0 <= j < nk); clamping base to [-rows, nk] keeps it exact.
   m.base = causal ? static_cast<int>(min_of<int64_t>(
-                        max_of<int64_t>(i0 + 1 + Tk - Tq - k0, -static_cast<int64_t>(rows)), nk))
+                        max_of<int64_t>(i0 + 1 + Lk - Lq - k0, -static_cast<int64_t>(rows)), nk))
                   : nk;
   m.nk = nk;
   return m;
@@ -151,6 +163,30 @@ __device__ __forceinline__ void load_rows(float* dst, int ld, const T* src, int6
   }
 }
 
+// AttentionShape's per-batch-row lengths (device pointers; nullptr: all Tq / all Tk) as the
+// kernels take them: the (batch * head) index bh belongs to batch row bh / H, which has Lq real
+// queries and Lk real keys, padding on the right.
+struct BatchLengths {
+  const int32_t* q;
+  const int32_t* kv;
+  int64_t H;
+
+  static BatchLengths of(const AttentionShape& s) { return {s.q_lengths, s.kv_lengths, s.H}; }
+  __device__ __forceinline__ int64_t q_len(int64_t bh, int64_t Tq) const {
+    return q ? q[bh / H] : Tq;
+  }
+  __device__ __forceinline__ int64_t kv_len(int64_t bh, int64_t Tk) const {
+    return kv ? kv[bh / H] : Tk;
+  }
+};
+
+// dst[0 : n] = 0 in T, the block's threads striding: the outputs of a fully padded tile.
+template <int kThreads, typename T>
+__device__ __forceinline__ void zero_fill(T* dst, int n) {
+#pragma unroll 1
+  for (int idx = threadIdx.x; idx < n; idx += kThreads) dst[idx] = from_float<T>(0.f);
+}
+
 // ------------------------------------------------------------------------------------------------
 // Forward
 
@@ -183,6 +219,7 @@ struct ForwardParams {
   float* lse;
   int64_t Tq, Tk;
   int64_t q_tiles;  // ceil(Tq / kBlockQ)
+  BatchLengths lengths;
   int Dk, Dv;
   float q_mul;  // scale * log2(e)
   bool causal;
@@ -206,7 +243,14 @@ __global__ void __launch_bounds__(ForwardConfig<DMAX, BQ>::kThreads,
   // Last query tile first: under a causal mask it has the most keys to visit.
   const int64_t q0 = (p.q_tiles - 1 - blockIdx.x % p.q_tiles) * C::kBlockQ;
   const int64_t Tq = p.Tq, Tk = p.Tk;
+  const int64_t Lq = p.lengths.q_len(bh, Tq), Lk = p.lengths.kv_len(bh, Tk);
   const int Dk = p.Dk, Dv = p.Dv;
+  if (q0 >= Lq) {  // block-uniform: a tile of padded queries only writes zeros and -inf
+    const int rows = static_cast<int>(min_of<int64_t>(C::kBlockQ, Tq - q0));
+    zero_fill<C::kThreads>(static_cast<T*>(p.out) + (bh * Tq + q0) * Dv, rows * Dv);
+    if (static_cast<int>(threadIdx.x) < rows) p.lse[bh * Tq + q0 + threadIdx.x] = neg_inf();
+    return;
+  }
   const T* const q = static_cast<const T*>(p.q) + (bh * Tq + q0) * Dk;
   const T* const k = static_cast<const T*>(p.k) + bh * Tk * Dk;
   const T* const v = static_cast<const T*>(p.v) + bh * Tk * Dv;
@@ -214,15 +258,17 @@ __global__ void __launch_bounds__(ForwardConfig<DMAX, BQ>::kThreads,
   zero_columns<C::kThreads>(Qs, DMAX, C::kBlockQ, Dk);
   zero_columns<C::kThreads>(Ks, kLdK, kBK, Dk);
   zero_columns<C::kThreads>(Vs, DMAX, kBK, Dv);
-  load_rows<C::kThreads>(Qs, DMAX, q, Tq - q0, C::kBlockQ, Dk, p.q_mul);
+  load_rows<C::kThreads>(Qs, DMAX, q, Lq - q0, C::kBlockQ, Dk, p.q_mul);
 
-  // Visibility grows with the row, so a tile's (or a warp's) last row sees the most keys.
-  const int64_t key_end = visible_keys(min_of<int64_t>(q0 + C::kBlockQ, Tq) - 1, Tq, Tk, p.causal);
+  // Visibility grows with the row, so a tile's (or a warp's) last real row sees the most keys;
+  // rows past Lq see none (they end with sum 0: zeros and -inf, as rows that see no key).
+  const int64_t key_end =
+      visible_keys(min_of<int64_t>(q0 + C::kBlockQ, Lq) - 1, Lq, Lk, p.causal);
   const int row0 = warp * kRows;
   const int64_t warp_first = q0 + row0;
   const int64_t warp_keys =
-      warp_first < Tq
-          ? visible_keys(min_of<int64_t>(warp_first + kRows, Tq) - 1, Tq, Tk, p.causal)
+      warp_first < Lq
+          ? visible_keys(min_of<int64_t>(warp_first + kRows, Lq) - 1, Lq, Lk, p.causal)
           : 0;
   const int dk4 = (Dk + 3) & ~3;
   float* const Pw = Ps + row0 * kBK;
@@ -239,7 +285,7 @@ __global__ void __launch_bounds__(ForwardConfig<DMAX, BQ>::kThreads,
 
   for (int64_t k0 = 0; k0 < key_end; k0 += kBK) {
     __syncthreads();  // every warp is done with the previous K, V tile
-    const int nk = static_cast<int>(min_of<int64_t>(kBK, Tk - k0));
+    const int nk = static_cast<int>(min_of<int64_t>(kBK, Lk - k0));
     load_rows<C::kThreads>(Ks, kLdK, k + k0 * Dk, nk, kBK, Dk, 1.f);
     load_rows<C::kThreads>(Vs, DMAX, v + k0 * Dv, nk, kBK, Dv, 1.f);
     __syncthreads();
@@ -266,7 +312,7 @@ __global__ void __launch_bounds__(ForwardConfig<DMAX, BQ>::kThreads,
     }
 
     // Online softmax: mask, new running max, rescale, P to this warp's shared rows.
-    const TileMask mask = tile_mask(warp_first, kRows, k0, nk, Tq, Tk, p.causal);
+    const TileMask mask = tile_mask(warp_first, kRows, k0, nk, Lq, Lk, p.causal);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int nvis = mask.limit(r);
@@ -338,18 +384,22 @@ __global__ void __launch_bounds__(ForwardConfig<DMAX, BQ>::kThreads,
 constexpr int kElementwiseThreads = 256;
 constexpr int64_t kMaxElementwiseBlocks = 1 << 16;  // grid-stride loops cover the rest
 
-// delta[row] = sum_c dO[row, c] * O[row, c]; dq_acc[row, :] = 0. One warp per row.
+// delta[row] = sum_c dO[row, c] * O[row, c]; dq_acc[row, :] = 0. One warp per row. A padded
+// query (row % Tq past its batch row's Lq) reads nothing and gets delta 0 (never used).
 template <typename T>
 __global__ void __launch_bounds__(kElementwiseThreads)
     attention_backward_preprocess_kernel(const T* __restrict__ out, const T* __restrict__ dout,
                                          float* __restrict__ delta, float* __restrict__ dq_acc,
-                                         int64_t rows, int Dv, int Dk) {
+                                         int64_t rows, int Dv, int Dk, int64_t Tq,
+                                         BatchLengths lengths) {
   constexpr int kWarps = kElementwiseThreads / kWarpSize;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const bool padded = lengths.q != nullptr && row % Tq >= lengths.q_len(row / Tq, Tq);
+    const int read_dims = padded ? 0 : Dv;
     float sum = 0.f;
-    for (int c = lane; c < Dv; c += kWarpSize) {
+    for (int c = lane; c < read_dims; c += kWarpSize) {
       sum = fmaf(to_float(dout[row * Dv + c]), to_float(out[row * Dv + c]), sum);
     }
     sum = warp_allreduce(sum, SumOp{});
@@ -410,6 +460,7 @@ struct BackwardParams {
   void* dv;
   int64_t Tq, Tk;
   int64_t k_tiles;  // ceil(Tk / kBlockK)
+  BatchLengths lengths;
   int Dk, Dv;
   float scale;
   bool causal;
@@ -436,13 +487,20 @@ __global__ void __launch_bounds__(BackwardConfig<DMAX, BQ, BK>::kThreads,
   const int64_t bh = blockIdx.x / p.k_tiles;
   const int64_t k0 = (blockIdx.x % p.k_tiles) * kBK;
   const int64_t Tq = p.Tq, Tk = p.Tk;
+  const int64_t Lq = p.lengths.q_len(bh, Tq), Lk = p.lengths.kv_len(bh, Tk);
   const int Dk = p.Dk, Dv = p.Dv;
+  if (k0 >= Lk) {  // block-uniform: a tile of padded keys only writes zero gradients
+    const int tile_keys = static_cast<int>(min_of<int64_t>(kBK, Tk - k0));
+    zero_fill<C::kThreads>(static_cast<T*>(p.dk) + (bh * Tk + k0) * Dk, tile_keys * Dk);
+    zero_fill<C::kThreads>(static_cast<T*>(p.dv) + (bh * Tk + k0) * Dv, tile_keys * Dv);
+    return;
+  }
   const T* const q = static_cast<const T*>(p.q) + bh * Tq * Dk;
   const T* const dout = static_cast<const T*>(p.dout) + bh * Tq * Dv;
   const float* const lse = p.lse + bh * Tq;
   const float* const delta = p.delta + bh * Tq;
   float* const dq_acc = p.dq_acc + bh * Tq * Dk;
-  const int nk = static_cast<int>(min_of<int64_t>(kBK, Tk - k0));
+  const int nk = static_cast<int>(min_of<int64_t>(kBK, Lk - k0));  // real keys of the tile
 
   zero_columns<C::kThreads>(Ks, kLdK, kBK, Dk);
   zero_columns<C::kThreads>(Vs, kLdK, kBK, Dv);
@@ -465,10 +523,10 @@ __global__ void __launch_bounds__(BackwardConfig<DMAX, BQ, BK>::kThreads,
   }
 
   // Queries before first_row see none of these keys (visibility is a growing prefix).
-  const int64_t first_row = p.causal ? max_of<int64_t>(0, k0 - (Tk - Tq)) : 0;
-  for (int64_t q0 = first_row / kBQ * kBQ; q0 < Tq; q0 += kBQ) {
+  const int64_t first_row = p.causal ? max_of<int64_t>(0, k0 - (Lk - Lq)) : 0;
+  for (int64_t q0 = first_row / kBQ * kBQ; q0 < Lq; q0 += kBQ) {
     __syncthreads();  // every warp is done with the previous query tile
-    const int64_t nq = min_of<int64_t>(kBQ, Tq - q0);
+    const int64_t nq = min_of<int64_t>(kBQ, Lq - q0);
     load_rows<C::kThreads>(Qs, DMAX, q + q0 * Dk, nq, kBQ, Dk, p.scale);
     load_rows<C::kThreads>(dOs, DMAX, dout + q0 * Dv, nq, kBQ, Dv, 1.f);
     if (threadIdx.x < kBQ) {
@@ -481,8 +539,8 @@ __global__ void __launch_bounds__(BackwardConfig<DMAX, BQ, BK>::kThreads,
     // Query phase: this warp's rows, this lane's keys lane + 32 t.
     const int64_t warp_first = q0 + row0;
     const bool warp_sees =
-        warp_first < Tq &&
-        visible_keys(min_of<int64_t>(warp_first + kQR, Tq) - 1, Tq, Tk, p.causal) > k0;
+        warp_first < Lq &&
+        visible_keys(min_of<int64_t>(warp_first + kQR, Lq) - 1, Lq, Lk, p.causal) > k0;
     if (warp_sees) {  // warp-uniform
       float s[kQR][kKPL], dp[kQR][kKPL];
 #pragma unroll
@@ -514,7 +572,7 @@ __global__ void __launch_bounds__(BackwardConfig<DMAX, BQ, BK>::kThreads,
           for (int t = 0; t < kKPL; ++t) dp[r][t] = dot4(gv, vv[t], dp[r][t]);
         }
       }
-      const TileMask mask = tile_mask(warp_first, kQR, k0, nk, Tq, Tk, p.causal);
+      const TileMask mask = tile_mask(warp_first, kQR, k0, nk, Lq, Lk, p.causal);
 #pragma unroll
       for (int r = 0; r < kQR; ++r) {  // P = exp(S - lse), dS = P * (dP - delta)
         const int nvis = mask.limit(r);
@@ -592,7 +650,7 @@ __global__ void __launch_bounds__(BackwardConfig<DMAX, BQ, BK>::kThreads,
 #pragma unroll
       for (int r = 0; r < kQR; ++r) {
         const int64_t i = warp_first + r;
-        if (i >= Tq) break;
+        if (i >= Lq) break;  // padded rows' dq stays the preprocess's zero
 #pragma unroll
         for (int u = 0; u < kDPL; ++u) {
           const int c = lane * kDPL + u;
@@ -615,6 +673,10 @@ __global__ void __launch_bounds__(BackwardConfig<DMAX, BQ, BK>::kThreads,
       if (c < Dv) dv[static_cast<int64_t>(j) * Dv + c] = from_float<T>(dv_acc[kk][u]);
     }
   }
+  // The tile's padded keys past Lk (none without lengths): zero gradients.
+  const int padded_keys = static_cast<int>(min_of<int64_t>(kBK, Tk - k0)) - nk;
+  zero_fill<C::kThreads>(dk + static_cast<int64_t>(nk) * Dk, padded_keys * Dk);
+  zero_fill<C::kThreads>(dv + static_cast<int64_t>(nk) * Dv, padded_keys * Dv);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -666,6 +728,7 @@ cudaError_t launch_forward(const AttentionShape& s, const void* q, const void* k
   p.q = q, p.k = k, p.v = v, p.out = out, p.lse = lse;
   p.Tq = s.Tq, p.Tk = s.Tk;
   p.q_tiles = ceil_div(s.Tq, C::kBlockQ);
+  p.lengths = BatchLengths::of(s);
   p.Dk = static_cast<int>(s.Dk), p.Dv = static_cast<int>(s.Dv);
   p.q_mul = static_cast<float>(s.scale * 1.4426950408889634);
   p.causal = s.causal;
@@ -741,7 +804,7 @@ cudaError_t backward_typed(const AttentionShape& s, const void* q, const void* k
         attention_backward_preprocess_kernel<T>,
         elementwise_blocks(rows, kElementwiseThreads / kWarpSize), kElementwiseThreads, 0, stream,
         static_cast<const T*>(out), static_cast<const T*>(grad_out), delta, dq_acc, rows,
-        static_cast<int>(s.Dv), static_cast<int>(s.Dk));
+        static_cast<int>(s.Dv), static_cast<int>(s.Dk), s.Tq, BatchLengths::of(s));
     if (err != cudaSuccess) return err;
   }
 
@@ -750,6 +813,7 @@ cudaError_t backward_typed(const AttentionShape& s, const void* q, const void* k
   p.q = q, p.k = k, p.v = v, p.dout = grad_out, p.lse = lse, p.delta = delta, p.dq_acc = dq_acc;
   p.dk = dk, p.dv = dv;
   p.Tq = s.Tq, p.Tk = s.Tk, p.k_tiles = 0;
+  p.lengths = BatchLengths::of(s);
   p.Dk = static_cast<int>(s.Dk), p.Dv = static_cast<int>(s.Dv);
   p.scale = static_cast<float>(s.scale);
   p.causal = s.causal;

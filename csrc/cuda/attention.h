@@ -10,7 +10,10 @@ namespace pygpt::cuda {
 constexpr int64_t kMaxHeadDim = 128;
 
 // out (B,H,Tq,Dv) in dtype and lse (B,H,Tq) in float32, from q (B,H,Tq,Dk), k (B,H,Tk,Dk),
-// v (B,H,Tk,Dv) in dtype. Rows that see no key get out = 0 and lse = -inf.
+// v (B,H,Tk,Dv) in dtype. Rows that see no key get out = 0 and lse = -inf. Padded batches:
+// s.q_lengths / s.kv_lengths, where set, point to B int32 lengths in device memory, already
+// within [0, Tq] / [0, Tk]; padded queries get out = 0 and lse = -inf, and no padded position of
+// q, k or v is read.
 cudaError_t attention_forward(const AttentionShape& s, DType dtype, const void* q,
                               const void* k, const void* v, void* out, float* lse,
                               cudaStream_t stream);
@@ -18,7 +21,9 @@ cudaError_t attention_forward(const AttentionShape& s, DType dtype, const void* 
 // Bytes of float32 scratch attention_backward needs (dQ accumulator and the rowsum(dO * O)).
 size_t attention_backward_workspace_bytes(const AttentionShape& s);
 
-// dq, dk, dv (dtype, shapes of q, k, v) from grad_out and the forward's out and lse.
+// dq, dk, dv (dtype, shapes of q, k, v) from grad_out and the forward's out and lse; with
+// lengths, padded queries' dq and padded keys' dk, dv are zero, and no padded position of the
+// inputs (lse included) is read.
 // workspace: attention_backward_workspace_bytes(s) bytes of device memory, contents ignored.
 cudaError_t attention_backward(const AttentionShape& s, DType dtype, const void* q,
                                const void* k, const void* v, const void* out,

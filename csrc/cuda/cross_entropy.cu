@@ -10,13 +10,18 @@
 // so any V and row_stride work and nothing is staged in shared memory (no size limit on V).
 // The unit then reduces the pairs (max, then the rescaled sums, in a fixed order), and thread 0
 // writes lse and the row's loss term lse - logit[target] (0 for an ignored row) to
-// workspace[row]. Kernel 2 (one 1024-thread block) sums the terms of non-ignored rows in double
-// in a fixed order, counts them and writes the mean (NaN when the count is 0): deterministic.
+// workspace[row]. With label smoothing s > 0 (a second instantiation; s == 0 runs the unsmoothed
+// kernel unchanged) each thread also sums its logits in the same sweep, the unit reduces that sum
+// together with the rescaled exp sums (one float2 reduction), and the term is
+// (1 - s) * (lse - logit[target]) + s * (lse - sum / V). Kernel 2 (one 1024-thread block) sums
+// the terms of non-ignored rows in double in a fixed order, counts them and writes the mean (NaN
+// when the count is 0): deterministic.
 //
 // Backward, kernel 1 (one block): counts the non-ignored targets and stores
 // scale = *grad_loss / count (0 when count is 0) in workspace[0], on device. Kernel 2: one pass,
-// 256-thread blocks over (row, segment of the row) work items, grad = (exp(x - lse) - [j ==
-// target]) * scale with expf (full precision), zeros for ignored rows; 16-byte loads and stores
+// 256-thread blocks over (row, segment of the row) work items, grad = (exp(x - lse) - s / V -
+// (1 - s) [j == target]) * scale with expf (full precision), zeros for ignored rows (with s = 0
+// the subtracted constants are exactly 0 and 1); 16-byte loads and stores
 // when the logits row and the gradient row share their alignment (always for row_stride == V,
 // including in place), scalar accesses otherwise. Each element is read and written by the same
 // thread, so grad_logits may alias logits when row_stride == V.
@@ -94,10 +99,12 @@ __device__ __forceinline__ int head_elements(const S* p, int n) {
   return head < n ? head : n;
 }
 
-template <typename S>
+// kSmooth: label smoothing s = label_smoothing > 0, which also needs each row's sum of logits.
+template <typename S, bool kSmooth>
 __global__ void __launch_bounds__(kForwardMaxUnit)
     forward_rows(const S* logits, int64_t row_stride, const int64_t* targets, int64_t N, int V,
-                 int64_t ignore_index, float* lse, float* row_loss, int unit) {
+                 int64_t ignore_index, float label_smoothing, float* lse, float* row_loss,
+                 int unit) {
   constexpr int VEC = detail::kVec16<S>;
   __shared__ float red[32];
   const int rows = blockDim.x / unit;
@@ -109,6 +116,7 @@ __global__ void __launch_bounds__(kForwardMaxUnit)
     const bool active = row < N;  // all units take part in the block's reductions
     const S* xr = logits + (active ? row : 0) * row_stride;
     float m = -INFINITY, s = 0.0f;
+    float logit_sum = 0.0f;  // kSmooth only
     bool bad = false;
     if (active) {
       const int head = head_elements(xr, V);
@@ -117,10 +125,12 @@ __global__ void __launch_bounds__(kForwardMaxUnit)
       if (t < head) {
         const float one[1][1] = {{to_float(xr[t])}};
         lse_fold(m, s, bad, one);
+        if constexpr (kSmooth) logit_sum += one[0][0];
       }
       if (t < V - tail) {
         const float one[1][1] = {{to_float(xr[tail + t])}};
         lse_fold(m, s, bad, one);
+        if constexpr (kSmooth) logit_sum += one[0][0];
       }
       const S* body = xr + head;
       for (int v0 = t; v0 < nvec; v0 += step) {
@@ -130,6 +140,10 @@ __global__ void __launch_bounds__(kForwardMaxUnit)
           const int vi = v0 + k * unit;
           if (vi < nvec) {
             load_pack<VEC>(body + static_cast<int64_t>(vi) * VEC, vals[k]);
+            if constexpr (kSmooth) {
+#pragma unroll
+              for (int e = 0; e < VEC; ++e) logit_sum += vals[k][e];
+            }
           } else {
 #pragma unroll
             for (int e = 0; e < VEC; ++e) vals[k][e] = -INFINITY;
@@ -141,7 +155,15 @@ __global__ void __launch_bounds__(kForwardMaxUnit)
     const float row_max = group_allreduce(bad ? INFINITY : m, MaxOp{}, unit, red);
     const bool finite_max = row_max > -INFINITY && row_max < INFINITY;
     const float scaled = finite_max && m > -INFINITY ? s * expf(m - row_max) : 0.0f;
-    const float row_sum = group_allreduce(scaled, SumOp{}, unit, red);
+    float row_sum;
+    if constexpr (kSmooth) {
+      __shared__ float2 red2[32];
+      const float2 sums = group_allreduce(make_float2(scaled, logit_sum), SumOp{}, unit, red2);
+      row_sum = sums.x;
+      logit_sum = sums.y;
+    } else {
+      row_sum = group_allreduce(scaled, SumOp{}, unit, red);
+    }
     if (active && t == 0) {
       // row_sum >= 1 (the maximum's own term is exp(0)) when the max is finite.
       const float l = row_max == INFINITY ? __int_as_float(0x7fc00000)
@@ -150,9 +172,17 @@ __global__ void __launch_bounds__(kForwardMaxUnit)
       lse[row] = l;
       const int64_t target = targets[row];
       // The binding validates targets; one out of [0, V) anyway gives NaN, never a stray read.
-      row_loss[row] = target == ignore_index          ? 0.0f
-                      : target >= 0 && target < V ? l - to_float(xr[target])
-                                                  : __int_as_float(0x7fc00000);
+      float term = __int_as_float(0x7fc00000);
+      if (target == ignore_index) {
+        term = 0.0f;
+      } else if (target >= 0 && target < V) {
+        term = l - to_float(xr[target]);
+        if constexpr (kSmooth) {
+          term = (1.0f - label_smoothing) * term +
+                 label_smoothing * (l - logit_sum / static_cast<float>(V));
+        }
+      }
+      row_loss[row] = term;
     }
   }
 }
@@ -195,12 +225,13 @@ __global__ void __launch_bounds__(kCountThreads)
 }
 
 // Work item = (row, segment of kSegment elements): see the file comment. nseg = ceil(V /
-// kSegment) segments per row.
-template <typename S>
+// kSegment) segments per row. kSmooth: label smoothing s > 0, uniform = s / V and
+// target_offset = (1 - s) + s / V (without, the constants 0 and 1 are compiled in).
+template <typename S, bool kSmooth>
 __global__ void __launch_bounds__(kBackwardThreads)
     backward_rows(const S* logits, int64_t row_stride, const int64_t* targets, const float* lse,
-                  const float* scale_ptr, int64_t N, int V, int64_t ignore_index, S* grad,
-                  int64_t nseg) {
+                  const float* scale_ptr, int64_t N, int V, int64_t ignore_index, float uniform,
+                  float target_offset, S* grad, int64_t nseg) {
   constexpr int VEC = detail::kVec16<S>;
   constexpr int kSegmentVecs = kBackwardThreads * kUnroll;
   constexpr int kSegment = kSegmentVecs * VEC;
@@ -223,6 +254,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
     auto value = [&](float x, int j) {
       if (!read) return fill;
       const float p = expf(x - l);
+      if constexpr (kSmooth) return (j == target ? p - target_offset : p - uniform) * scale;
       return (j == target ? p - 1.0f : p) * scale;
     };
     const uintptr_t in_mis = reinterpret_cast<uintptr_t>(in) % 16;
@@ -283,15 +315,16 @@ __global__ void __launch_bounds__(kBackwardThreads)
 
 template <typename S>
 cudaError_t forward_typed(const S* logits, int64_t row_stride, const int64_t* targets, int64_t N,
-                          int V, int64_t ignore_index, float* lse, float* loss, float* row_loss,
-                          cudaStream_t stream) {
+                          int V, int64_t ignore_index, double label_smoothing, float* lse,
+                          float* loss, float* row_loss, cudaStream_t stream) {
   if (N > 0) {
     const Plan p = forward_plan(V);
     int64_t grid = ceil_div(N, p.rows);
     grid = grid < kMaxGrid ? grid : kMaxGrid;
-    const cudaError_t err =
-        detail::launch(forward_rows<S>, static_cast<unsigned>(grid), p.block, 0, stream, logits,
-                       row_stride, targets, N, V, ignore_index, lse, row_loss, p.unit);
+    const auto kernel = label_smoothing != 0.0 ? forward_rows<S, true> : forward_rows<S, false>;
+    const cudaError_t err = detail::launch(
+        kernel, static_cast<unsigned>(grid), p.block, 0, stream, logits, row_stride, targets, N,
+        V, ignore_index, static_cast<float>(label_smoothing), lse, row_loss, p.unit);
     if (err != cudaSuccess) return err;
   }
   return detail::launch(finish_loss, 1, kCountThreads, 0, stream, row_loss, targets, N,
@@ -301,7 +334,8 @@ cudaError_t forward_typed(const S* logits, int64_t row_stride, const int64_t* ta
 template <typename S>
 cudaError_t backward_typed(const S* logits, int64_t row_stride, const int64_t* targets,
                            const float* lse, const float* grad_loss, int64_t N, int V,
-                           int64_t ignore_index, S* grad, float* scale, cudaStream_t stream) {
+                           int64_t ignore_index, double label_smoothing, S* grad, float* scale,
+                           cudaStream_t stream) {
   const cudaError_t err = detail::launch(backward_scale, 1, kCountThreads, 0, stream, targets, N,
                                          ignore_index, grad_loss, scale);
   if (err != cudaSuccess) return err;
@@ -309,8 +343,14 @@ cudaError_t backward_typed(const S* logits, int64_t row_stride, const int64_t* t
   const int64_t nseg = ceil_div(V, kSegment);
   int64_t grid = N * nseg;
   grid = grid < kMaxGrid ? grid : kMaxGrid;
-  return detail::launch(backward_rows<S>, static_cast<unsigned>(grid), kBackwardThreads, 0, stream,
-                        logits, row_stride, targets, lse, scale, N, V, ignore_index, grad, nseg);
+  // Taken from every probability, and in total from the target's (V > 0 here).
+  const double uniform = label_smoothing / static_cast<double>(V);
+  const double target_offset = (1.0 - label_smoothing) + uniform;
+  const auto kernel = label_smoothing != 0.0 ? backward_rows<S, true> : backward_rows<S, false>;
+  return detail::launch(kernel, static_cast<unsigned>(grid), kBackwardThreads, 0, stream, logits,
+                        row_stride, targets, lse, scale, N, V, ignore_index,
+                        static_cast<float>(uniform), static_cast<float>(target_offset), grad,
+                        nseg);
 }
 
 }  // namespace
@@ -323,19 +363,20 @@ size_t cross_entropy_workspace_bytes(int64_t N) {
 
 cudaError_t cross_entropy_forward(DType dtype, const void* logits, int64_t row_stride,
                                   const int64_t* targets, int64_t N, int64_t V,
-                                  int64_t ignore_index, float* lse, float* loss, void* workspace,
-                                  cudaStream_t stream) {
+                                  int64_t ignore_index, double label_smoothing, float* lse,
+                                  float* loss, void* workspace, cudaStream_t stream) {
   if (N < 0 || V < 0 || V > INT_MAX / 2) return cudaErrorInvalidValue;
+  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0)) return cudaErrorInvalidValue;
   if (N > 0 && workspace == nullptr) return cudaErrorInvalidValue;
   float* row_loss = static_cast<float*>(workspace);
   const int v = static_cast<int>(V);
   switch (dtype) {
     case DType::kFloat32:
       return forward_typed(static_cast<const float*>(logits), row_stride, targets, N, v,
-                           ignore_index, lse, loss, row_loss, stream);
+                           ignore_index, label_smoothing, lse, loss, row_loss, stream);
     case DType::kBFloat16:
       return forward_typed(static_cast<const uint16_t*>(logits), row_stride, targets, N, v,
-                           ignore_index, lse, loss, row_loss, stream);
+                           ignore_index, label_smoothing, lse, loss, row_loss, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -343,9 +384,10 @@ cudaError_t cross_entropy_forward(DType dtype, const void* logits, int64_t row_s
 cudaError_t cross_entropy_backward(DType dtype, const void* logits, int64_t row_stride,
                                    const int64_t* targets, const float* lse,
                                    const float* grad_loss, int64_t N, int64_t V,
-                                   int64_t ignore_index, void* grad_logits, void* workspace,
-                                   cudaStream_t stream) {
+                                   int64_t ignore_index, double label_smoothing,
+                                   void* grad_logits, void* workspace, cudaStream_t stream) {
   if (N < 0 || V < 0 || V > INT_MAX / 2) return cudaErrorInvalidValue;
+  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0)) return cudaErrorInvalidValue;
   if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) return cudaErrorInvalidValue;
   if (N == 0 || V == 0) return cudaSuccess;  // no gradient element to write
   if (workspace == nullptr) return cudaErrorInvalidValue;
@@ -353,11 +395,12 @@ cudaError_t cross_entropy_backward(DType dtype, const void* logits, int64_t row_
   const int v = static_cast<int>(V);
   if (dtype == DType::kFloat32) {
     return backward_typed(static_cast<const float*>(logits), row_stride, targets, lse, grad_loss,
-                          N, v, ignore_index, static_cast<float*>(grad_logits), scale, stream);
+                          N, v, ignore_index, label_smoothing, static_cast<float*>(grad_logits),
+                          scale, stream);
   }
   return backward_typed(static_cast<const uint16_t*>(logits), row_stride, targets, lse,
-                        grad_loss, N, v, ignore_index, static_cast<uint16_t*>(grad_logits), scale,
-                        stream);
+                        grad_loss, N, v, ignore_index, label_smoothing,
+                        static_cast<uint16_t*>(grad_logits), scale, stream);
 }
 
 }  // namespace pygpt::cuda

@@ -10,6 +10,10 @@
 
 namespace pygpt::test {
 
+// The label smoothings every test runs with: none (the unsmoothed path), some, and all (the
+// target's own term then has weight 0).
+constexpr double kLabelSmoothings[] = {0.0, 0.1, 1.0};
+
 enum class Pattern {
   kNormal,      // N(0, stddev^2)
   kRising,      // a ramp up the row plus noise: the running max keeps growing

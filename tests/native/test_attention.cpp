@@ -1,6 +1,7 @@
 // Tests the flash-attention kernels (csrc/cpu/attention.h) in float and double against a naive
 // double oracle that builds the full score matrix: out, lse, dq, dk, dv for causal and full
-// attention, Tq != Tk both ways, Dk != Dv, strided views, split item ranges, finite differences.
+// attention, Tq != Tk both ways, Dk != Dv, strided views, split item ranges, finite differences,
+// and right-padded batches (per-row lengths, padding filled with NaN).
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -139,7 +140,9 @@ struct Backward {
 template <typename T>
 Forward<T> run_forward(const AttentionShape& s, const Tensor4<T>& q, const Tensor4<T>& k,
                        const Tensor4<T>& v, const std::vector<int64_t>& item_bounds) {
-  Forward<T> f{std::vector<T>(s.B * s.H * s.Tq * s.Dv), std::vector<T>(s.B * s.H * s.Tq)};
+  // Outputs start as NaN: the kernel must write every element.
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  Forward<T> f{std::vector<T>(s.B * s.H * s.Tq * s.Dv, nan), std::vector<T>(s.B * s.H * s.Tq, nan)};
   for (size_t r = 0; r + 1 < item_bounds.size(); ++r) {
     pygpt::cpu::attention_forward(s, q.view(), k.view(), v.view(), f.out.data(), f.lse.data(),
                                   item_bounds[r], item_bounds[r + 1]);
@@ -151,8 +154,10 @@ template <typename T>
 Backward<T> run_backward(const AttentionShape& s, const Tensor4<T>& q, const Tensor4<T>& k,
                          const Tensor4<T>& v, const Tensor4<T>& out, const Tensor4<T>& dout,
                          const std::vector<T>& lse, const std::vector<int64_t>& item_bounds) {
-  Backward<T> g{std::vector<T>(s.B * s.H * s.Tq * s.Dk), std::vector<T>(s.B * s.H * s.Tk * s.Dk),
-                std::vector<T>(s.B * s.H * s.Tk * s.Dv)};
+  const T nan = std::numeric_limits<T>::quiet_NaN();  // the kernel must write every element
+  Backward<T> g{std::vector<T>(s.B * s.H * s.Tq * s.Dk, nan),
+                std::vector<T>(s.B * s.H * s.Tk * s.Dk, nan),
+                std::vector<T>(s.B * s.H * s.Tk * s.Dv, nan)};
   for (size_t r = 0; r + 1 < item_bounds.size(); ++r) {
     pygpt::cpu::attention_backward(s, q.view(), k.view(), v.view(), out.view(), dout.view(),
                                    lse.data(), g.dq.data(), g.dk.data(), g.dv.data(),
@@ -259,6 +264,108 @@ void run_all(Rng& rng) {
   for (const Case& c : wide) run_case<T>(c, rng);
 }
 
+// Right-padded batches: each batch row b has its own real lengths (lq[b], lk[b]); the padding of
+// q, k, v and grad_out holds NaN. The oracle runs every row alone on its real prefix; padded
+// outputs and gradients must be exactly zero (lse -inf), and nothing may turn NaN.
+template <typename T>
+void run_padded_case(int64_t H, int64_t Tq, int64_t Tk, int64_t Dk, int64_t Dv, bool causal,
+                     const std::vector<int32_t>& lq, const std::vector<int32_t>& lk, Layout layout,
+                     Rng& rng) {
+  const int64_t B = static_cast<int64_t>(lq.size());
+  AttentionShape s{B, H, Tq, Tk, Dk, Dv, causal, 1.0 / std::sqrt(static_cast<double>(Dk))};
+  s.q_lengths = lq.data();
+  s.kv_lengths = lk.data();
+  std::string lengths;
+  for (int64_t b = 0; b < B; ++b) lengths += format(" %d/%d", lq[b], lk[b]);
+  const std::string name = format("attention<%s> padded H=%ld Tq=%ld Tk=%ld Dk=%ld Dv=%ld "
+                                  "causal=%d lengths q/kv:%s", type_name<T>(), static_cast<long>(H),
+                                  static_cast<long>(Tq), static_cast<long>(Tk),
+                                  static_cast<long>(Dk), static_cast<long>(Dv), causal,
+                                  lengths.c_str());
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  // Dense inputs with NaN at every padded position.
+  auto draw = [&](int64_t T_, int64_t D, const std::vector<int32_t>& len, double stddev) {
+    std::vector<T> x = rng.normal_vector<T>(B * H * T_ * D, 0.0, stddev);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = len[b]; t < T_; ++t)
+          std::fill_n(x.begin() + ((b * H + h) * T_ + t) * D, D, nan);
+    return x;
+  };
+  const std::vector<T> q_dense = draw(Tq, Dk, lq, 1.0), k_dense = draw(Tk, Dk, lk, 1.0);
+  const std::vector<T> v_dense = draw(Tk, Dv, lk, 1.0), dout_dense = draw(Tq, Dv, lq, 1.0);
+  Tensor4<T> q(B, H, Tq, Dk, layout), k(B, H, Tk, Dk, layout), v(B, H, Tk, Dv, layout);
+  Tensor4<T> dout(B, H, Tq, Dv, layout);
+  q.assign(q_dense);
+  k.assign(k_dense);
+  v.assign(v_dense);
+  dout.assign(dout_dense);
+
+  // The oracle on each row's real prefix, scattered into full-size results.
+  Reference ref{std::vector<double>(B * H * Tq * Dv, 0.0),
+                std::vector<double>(B * H * Tq, -std::numeric_limits<double>::infinity()),
+                std::vector<double>(B * H * Tq * Dk, 0.0), std::vector<double>(B * H * Tk * Dk, 0.0),
+                std::vector<double>(B * H * Tk * Dv, 0.0)};
+  for (int64_t b = 0; b < B; ++b) {
+    if (lq[b] == 0 || lk[b] == 0) continue;  // no query, or no key to see: zeros and -inf
+    const AttentionShape row{1, H, lq[b], lk[b], Dk, Dv, causal, s.scale};
+    auto prefix = [&](const std::vector<T>& x, int64_t T_, int64_t len, int64_t D) {
+      std::vector<double> out;
+      for (int64_t h = 0; h < H; ++h) {
+        const auto first = x.begin() + ((b * H + h) * T_) * D;
+        out.insert(out.end(), first, first + len * D);
+      }
+      return out;
+    };
+    const Reference r = oracle(row, prefix(q_dense, Tq, lq[b], Dk), prefix(k_dense, Tk, lk[b], Dk),
+                               prefix(v_dense, Tk, lk[b], Dv), prefix(dout_dense, Tq, lq[b], Dv));
+    auto scatter = [&](const std::vector<double>& from, std::vector<double>& to, int64_t T_,
+                       int64_t len, int64_t D) {
+      for (int64_t h = 0; h < H; ++h)
+        std::copy_n(from.begin() + h * len * D, len * D, to.begin() + ((b * H + h) * T_) * D);
+    };
+    scatter(r.out, ref.out, Tq, lq[b], Dv);
+    scatter(r.lse, ref.lse, Tq, lq[b], 1);
+    scatter(r.dq, ref.dq, Tq, lq[b], Dk);
+    scatter(r.dk, ref.dk, Tk, lk[b], Dk);
+    scatter(r.dv, ref.dv, Tk, lk[b], Dv);
+  }
+
+  const int64_t fwd_items = pygpt::cpu::attention_forward_items(s);
+  const Forward<T> f = run_forward(s, q, k, v, {0, fwd_items / 3, fwd_items});
+  expect_matches_oracle(name + " out", f.out, ref.out);
+  expect_matches_oracle(name + " lse", f.lse, ref.lse);
+  Tensor4<T> out(B, H, Tq, Dv, layout);
+  std::vector<T> out_dense = f.out;  // padded rows of out hold NaN too, as a caller's might
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = lq[b]; t < Tq; ++t)
+        std::fill_n(out_dense.begin() + ((b * H + h) * Tq + t) * Dv, Dv, nan);
+  out.assign(out_dense);
+  const Backward<T> g = run_backward(s, q, k, v, out, dout, f.lse, {0, B * H});
+  expect_matches_oracle(name + " dq", g.dq, ref.dq);
+  expect_matches_oracle(name + " dk", g.dk, ref.dk);
+  expect_matches_oracle(name + " dv", g.dv, ref.dv);
+}
+
+template <typename T>
+void run_padded(Rng& rng) {
+  // Lengths 0, 1, full and in between, every row different; Tq == Tk (self-attention over a
+  // padded batch) and Tq != Tk (cross-attention, a decode step over a cache).
+  run_padded_case<T>(2, 37, 37, 16, 24, true, {37, 1, 0, 20}, {37, 1, 0, 20}, Layout::kTokenMajor,
+                     rng);
+  run_padded_case<T>(2, 37, 37, 16, 24, false, {37, 1, 0, 20}, {37, 1, 0, 20},
+                     Layout::kContiguous, rng);
+  run_padded_case<T>(1, 70, 70, 8, 8, true, {64, 33, 65, 70, 31}, {64, 33, 65, 70, 31},
+                     Layout::kEveryOther, rng);
+  run_padded_case<T>(3, 12, 130, 7, 5, false, {12, 3, 0, 12}, {130, 65, 9, 0}, Layout::kContiguous,
+                     rng);
+  run_padded_case<T>(3, 12, 130, 7, 5, true, {12, 3, 5, 12}, {130, 65, 2, 0}, Layout::kTokenMajor,
+                     rng);  // rows 2 and 3: more queries than keys, some see none
+  run_padded_case<T>(2, 1, 100, 32, 32, true, {1, 1, 0}, {100, 7, 50}, Layout::kContiguous, rng);
+  run_padded_case<T>(1, 100, 1, 16, 16, false, {100, 50}, {1, 1}, Layout::kContiguous, rng);
+}
+
 // The double backward against central differences of sum(grad_out * out) through the forward.
 void check_finite_differences(Rng& rng, int64_t Tq, int64_t Tk, bool causal) {
   const AttentionShape s{1, 2, Tq, Tk, 3, 5, causal, 0.6};
@@ -303,6 +410,8 @@ int main() {
   Rng rng(4242);
   run_all<float>(rng);
   run_all<double>(rng);
+  run_padded<float>(rng);
+  run_padded<double>(rng);
   check_finite_differences(rng, 5, 7, true);
   check_finite_differences(rng, 6, 4, true);  // two queries see no key
   check_finite_differences(rng, 4, 6, false);

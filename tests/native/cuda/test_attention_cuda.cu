@@ -2,9 +2,10 @@
 // (csrc/cpu/attention.h) run in double on the same inputs: out, lse, dq, dk, dv in float32 and
 // bfloat16 over causal and full attention, lengths 1 and odd, Tq != Tk both ways (rows that see
 // no key included), Dk != Dv, head dims 1 to 128, a long case, empty sizes, more than 65535
-// blocks, pointers that are only element-aligned, and the rejected head dim. Outputs and the
-// workspace start NaN-filled, so anything the kernels leave unwritten (or read) shows. Exits
-// with 77 (ctest's skip code) when there is no GPU.
+// blocks, pointers that are only element-aligned, right-padded batches (per-row lengths, NaN in
+// every padded position of q, k, v, out, lse and grad_out; padded outputs must be exactly 0 and
+// -inf), and the rejected head dim. Outputs and the workspace start NaN-filled, so anything the
+// kernels leave unwritten (or read) shows. Exits with 77 (ctest's skip code) when there is no GPU.
 //
 // Inputs are rounded to the dtype on the host first, so the double reference and the kernel see
 // the same values. Tolerances (|got - ref| <= tol * max|ref| + tol * |ref|):
@@ -17,6 +18,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -162,10 +164,53 @@ struct Case {
   double stddev;  // of q, k, v (and grad_out is standard normal)
 };
 
-std::string describe(const Case& c, DType dtype, bool shifted) {
-  return format("%s B=%ld H=%ld Tq=%ld Tk=%ld Dk=%ld Dv=%ld %s%s", dtype_name(dtype), (long)c.B,
-                (long)c.H, (long)c.Tq, (long)c.Tk, (long)c.Dk, (long)c.Dv,
-                c.causal ? "causal" : "full", shifted ? " shifted" : "");
+// A right-padded batch: batch row b has q[b] real queries and kv[b] real keys. Empty: no lengths.
+struct Lengths {
+  std::vector<int32_t> q, kv;
+};
+
+std::string describe(const Case& c, DType dtype, bool shifted, const Lengths& lengths) {
+  std::string name = format("%s B=%ld H=%ld Tq=%ld Tk=%ld Dk=%ld Dv=%ld %s%s", dtype_name(dtype),
+                            (long)c.B, (long)c.H, (long)c.Tq, (long)c.Tk, (long)c.Dk, (long)c.Dv,
+                            c.causal ? "causal" : "full", shifted ? " shifted" : "");
+  if (!lengths.q.empty()) name += " lengths q/kv:";
+  for (size_t b = 0; b < lengths.q.size(); ++b) {
+    name += format(" %d/%d", lengths.q[b], lengths.kv[b]);
+  }
+  return name;
+}
+
+// The rows of a (B, H, T, D) tensor past each batch row's length (none without lengths).
+template <typename F>
+void for_each_padded_row(const AttentionShape& s, int64_t T, const std::vector<int32_t>& len,
+                         F&& f) {
+  for (size_t b = 0; b < len.size(); ++b) {
+    for (int64_t h = 0; h < s.H; ++h) {
+      for (int64_t t = len[b]; t < T; ++t) f((static_cast<int64_t>(b) * s.H + h) * T + t);
+    }
+  }
+}
+
+// x with `value` written into every padded row (the inputs' padding holds NaN, as a caller's may).
+std::vector<double> with_padding(std::vector<double> x, const AttentionShape& s, int64_t T,
+                                 int64_t D, const std::vector<int32_t>& len, double value) {
+  for_each_padded_row(s, T, len, [&](int64_t row) {
+    std::fill(x.begin() + row * D, x.begin() + (row + 1) * D, value);
+  });
+  return x;
+}
+
+// A result's padded rows hold exactly `value` (0, or -inf for lse), and nothing in it is NaN.
+void expect_padding(const std::string& what, const std::vector<double>& got,
+                    const AttentionShape& s, int64_t T, int64_t D,
+                    const std::vector<int32_t>& len, double value) {
+  size_t bad = 0, nan = 0;
+  for_each_padded_row(s, T, len, [&](int64_t row) {
+    for (int64_t c = 0; c < D; ++c) bad += got[row * D + c] != value;
+  });
+  for (const double x : got) nan += std::isnan(x);
+  check(bad == 0 && nan == 0, format("%s: %zu padded elements not %g, %zu NaN", what.c_str(), bad,
+                                     value, nan));
 }
 
 void expect_near(const std::string& what, const std::vector<double>& got,
@@ -187,21 +232,41 @@ bool expect_launch(const std::string& what, cudaError_t launched, cudaStream_t s
 }
 
 // shifted: every tensor starts one element past a 16-byte boundary (lse and workspace 4 bytes).
+// lengths (one entry per batch row, or none): the CPU reference gets them as host pointers, the
+// kernels as device pointers; every padded position of the inputs holds NaN.
 void run_case(const Case& c, DType dtype, uint64_t seed, cudaStream_t stream,
-              bool shifted = false) {
-  const std::string name = describe(c, dtype, shifted);
+              bool shifted = false, const Lengths& lengths = {}) {
+  const std::string name = describe(c, dtype, shifted, lengths);
   const size_t shift = shifted ? element_size(dtype) : 0, float_shift = shifted ? 4 : 0;
-  const AttentionShape s{c.B, c.H, c.Tq, c.Tk, c.Dk, c.Dv, c.causal,
-                         c.scale != 0.0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.Dk))};
+  AttentionShape s{c.B, c.H, c.Tq, c.Tk, c.Dk, c.Dv, c.causal,
+                   c.scale != 0.0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.Dk))};
+  AttentionShape s_device = s;
+  DeviceBuffer q_lengths_d(lengths.q.size() * sizeof(int32_t));
+  DeviceBuffer kv_lengths_d(lengths.kv.size() * sizeof(int32_t));
+  if (!lengths.q.empty()) {
+    q_lengths_d.upload(lengths.q.data());
+    kv_lengths_d.upload(lengths.kv.data());
+    s.q_lengths = lengths.q.data();
+    s.kv_lengths = lengths.kv.data();
+    s_device.q_lengths = static_cast<const int32_t*>(q_lengths_d.get());
+    s_device.kv_lengths = static_cast<const int32_t*>(kv_lengths_d.get());
+  }
   const int64_t BH = s.B * s.H;
   const double tol = dtype == DType::kFloat32 ? 1e-4 : 2e-2;
   const double lse_tol = 1e-4;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
 
   Rng rng(seed);
-  const HostTensor q = encode(rng.normal_vector<double>(BH * s.Tq * s.Dk, 0.0, c.stddev), dtype);
-  const HostTensor k = encode(rng.normal_vector<double>(BH * s.Tk * s.Dk, 0.0, c.stddev), dtype);
-  const HostTensor v = encode(rng.normal_vector<double>(BH * s.Tk * s.Dv, 0.0, c.stddev), dtype);
-  const HostTensor dout = encode(rng.normal_vector<double>(BH * s.Tq * s.Dv), dtype);
+  auto draw = [&](int64_t T, int64_t D, const std::vector<int32_t>& len, double stddev) {
+    return encode(with_padding(rng.normal_vector<double>(BH * T * D, 0.0, stddev), s, T, D, len,
+                               nan),
+                  dtype);
+  };
+  const HostTensor q = draw(s.Tq, s.Dk, lengths.q, c.stddev);
+  const HostTensor k = draw(s.Tk, s.Dk, lengths.kv, c.stddev);
+  const HostTensor v = draw(s.Tk, s.Dv, lengths.kv, c.stddev);
+  const HostTensor dout = draw(s.Tq, s.Dv, lengths.q, 1.0);
 
   // Reference forward in double.
   std::vector<double> out_ref(BH * s.Tq * s.Dv), lse_ref(BH * s.Tq);
@@ -210,12 +275,14 @@ void run_case(const Case& c, DType dtype, uint64_t seed, cudaStream_t stream,
       contiguous(v.values, s, s.Tk, s.Dv), out_ref.data(), lse_ref.data(), 0,
       pygpt::cpu::attention_forward_items(s));
 
-  // The backward's out and lse inputs, as the kernel gets them: out in dtype, lse in float32.
-  const HostTensor out_in = encode(out_ref, dtype);
+  // The backward's out and lse inputs, as the kernel gets them: out in dtype, lse in float32;
+  // their padded rows hold NaN (the kernels must not read them).
+  const HostTensor out_in = encode(with_padding(out_ref, s, s.Tq, s.Dv, lengths.q, nan), dtype);
+  const std::vector<double> lse_padded = with_padding(lse_ref, s, s.Tq, 1, lengths.q, nan);
   std::vector<float> lse_in(lse_ref.size());
   std::vector<double> lse_in_values(lse_ref.size());
   for (size_t i = 0; i < lse_ref.size(); ++i) {
-    lse_in[i] = static_cast<float>(lse_ref[i]);  // -inf stays -inf
+    lse_in[i] = static_cast<float>(lse_padded[i]);  // -inf stays -inf
     lse_in_values[i] = lse_in[i];
   }
   std::vector<double> dq_ref(BH * s.Tq * s.Dk), dk_ref(BH * s.Tk * s.Dk), dv_ref(BH * s.Tk * s.Dv);
@@ -225,9 +292,20 @@ void run_case(const Case& c, DType dtype, uint64_t seed, cudaStream_t stream,
       contiguous(dout.values, s, s.Tq, s.Dv), lse_in_values.data(), dq_ref.data(), dk_ref.data(),
       dv_ref.data(), 0, pygpt::cpu::attention_backward_items(s));
 
-  DeviceBuffer q_d(q.bytes.size(), shift), k_d(k.bytes.size(), shift), v_d(v.bytes.size(), shift);
-  DeviceBuffer dout_d(dout.bytes.size(), shift), out_in_d(out_in.bytes.size(), shift);
-  DeviceBuffer lse_in_d(lse_in.size() * sizeof(float), float_shift);
+  // With lengths, the inputs' device copies end at the last real row of the last batch row: its
+  // padding lies past the allocation, so that reading it faults on the emulator (whose buffers end
+  // at a guard page) even where the NaN there would not reach an output.
+  auto input_bytes = [&](int64_t T, int64_t D, const std::vector<int32_t>& len, size_t element) {
+    const int64_t rows = len.empty() || BH == 0 ? BH * T : (BH - 1) * T + len.back();
+    return static_cast<size_t>(rows * D) * element;
+  };
+  const size_t esize = element_size(dtype);
+  DeviceBuffer q_d(input_bytes(s.Tq, s.Dk, lengths.q, esize), shift);
+  DeviceBuffer k_d(input_bytes(s.Tk, s.Dk, lengths.kv, esize), shift);
+  DeviceBuffer v_d(input_bytes(s.Tk, s.Dv, lengths.kv, esize), shift);
+  DeviceBuffer dout_d(input_bytes(s.Tq, s.Dv, lengths.q, esize), shift);
+  DeviceBuffer out_in_d(input_bytes(s.Tq, s.Dv, lengths.q, esize), shift);
+  DeviceBuffer lse_in_d(input_bytes(s.Tq, 1, lengths.q, sizeof(float)), float_shift);
   q_d.upload(q.bytes.data());
   k_d.upload(k.bytes.data());
   v_d.upload(v.bytes.data());
@@ -239,16 +317,20 @@ void run_case(const Case& c, DType dtype, uint64_t seed, cudaStream_t stream,
   DeviceBuffer out_d(out_in.bytes.size(), shift);
   DeviceBuffer lse_d(lse_in.size() * sizeof(float), float_shift);
   if (!expect_launch(name + " forward",
-                     pygpt::cuda::attention_forward(s, dtype, q_d.get(), k_d.get(), v_d.get(),
-                                                    out_d.get(), lse_d.as_float(), stream),
+                     pygpt::cuda::attention_forward(s_device, dtype, q_d.get(), k_d.get(),
+                                                    v_d.get(), out_d.get(), lse_d.as_float(),
+                                                    stream),
                      stream)) {
     return;
   }
-  expect_near(name + " out", decode(out_d.download(), dtype), out_ref, tol);
-  expect_near(name + " lse", download_floats(lse_d), lse_ref, lse_tol);
+  const std::vector<double> out = decode(out_d.download(), dtype), lse = download_floats(lse_d);
+  expect_near(name + " out", out, out_ref, tol);
+  expect_near(name + " lse", lse, lse_ref, lse_tol);
+  expect_padding(name + " out", out, s, s.Tq, s.Dv, lengths.q, 0.0);
+  expect_padding(name + " lse", lse, s, s.Tq, 1, lengths.q, -inf);
 
   // Backward, twice: from the reference's out and lse, and from the GPU forward's.
-  const size_t ws_bytes = pygpt::cuda::attention_backward_workspace_bytes(s);
+  const size_t ws_bytes = pygpt::cuda::attention_backward_workspace_bytes(s_device);
   check(ws_bytes >= static_cast<size_t>(BH * s.Tq * (s.Dk + 1)) * sizeof(float),
         name + ": workspace too small for dQ and delta");
   for (int pass = 0; pass < 2; ++pass) {
@@ -259,13 +341,20 @@ void run_case(const Case& c, DType dtype, uint64_t seed, cudaStream_t stream,
     DeviceBuffer dv_d(BH * s.Tk * s.Dv * element_size(dtype), shift);
     DeviceBuffer workspace(ws_bytes, float_shift);  // NaN-filled: its contents must not matter
     const cudaError_t err = pygpt::cuda::attention_backward(
-        s, dtype, q_d.get(), k_d.get(), v_d.get(), from_reference ? out_in_d.get() : out_d.get(),
-        dout_d.get(), from_reference ? lse_in_d.as_float() : lse_d.as_float(), dq_d.get(),
-        dk_d.get(), dv_d.get(), workspace.get(), stream);
+        s_device, dtype, q_d.get(), k_d.get(), v_d.get(),
+        from_reference ? out_in_d.get() : out_d.get(), dout_d.get(),
+        from_reference ? lse_in_d.as_float() : lse_d.as_float(), dq_d.get(), dk_d.get(),
+        dv_d.get(), workspace.get(), stream);
     if (!expect_launch(what, err, stream)) continue;
-    expect_near(what + " dq", decode(dq_d.download(), dtype), dq_ref, tol);
-    expect_near(what + " dk", decode(dk_d.download(), dtype), dk_ref, tol);
-    expect_near(what + " dv", decode(dv_d.download(), dtype), dv_ref, tol);
+    const std::vector<double> dq = decode(dq_d.download(), dtype);
+    const std::vector<double> dk = decode(dk_d.download(), dtype);
+    const std::vector<double> dv = decode(dv_d.download(), dtype);
+    expect_near(what + " dq", dq, dq_ref, tol);
+    expect_near(what + " dk", dk, dk_ref, tol);
+    expect_near(what + " dv", dv, dv_ref, tol);
+    expect_padding(what + " dq", dq, s, s.Tq, s.Dk, lengths.q, 0.0);
+    expect_padding(what + " dk", dk, s, s.Tk, s.Dk, lengths.kv, 0.0);
+    expect_padding(what + " dv", dv, s, s.Tk, s.Dv, lengths.kv, 0.0);
   }
 }
 
@@ -342,6 +431,23 @@ int main() {
     // Pointers only element-aligned (torch views with a storage offset): odd head dims.
     run_case({2, 2, 37, 45, 17, 33, true, 0, 1}, dtype, seed++, stream, /*shifted=*/true);
     run_case({1, 2, 70, 70, 64, 64, false, 0, 1}, dtype, seed++, stream, /*shifted=*/true);
+  }
+  // Right-padded batches: lengths 0, 1, full and in between, every batch row different; Tq == Tk
+  // and Tq != Tk both ways, Dk != Dv, all three head-dim buckets; query tiles and key tiles that
+  // lie wholly past a row's length, and ones its length cuts.
+  const std::vector<std::pair<Case, Lengths>> padded = {
+      {{4, 2, 70, 70, 32, 24, true, 0, 1}, {{70, 1, 0, 37}, {70, 1, 0, 37}}},
+      {{4, 2, 70, 70, 32, 24, false, 0, 1}, {{70, 1, 0, 33}, {1, 70, 65, 0}}},
+      {{5, 2, 12, 130, 16, 40, true, 0, 1}, {{12, 3, 5, 0, 1}, {130, 65, 2, 7, 0}}},
+      {{4, 1, 100, 33, 48, 64, false, 0, 1}, {{100, 1, 50, 0}, {33, 1, 0, 20}}},
+      {{4, 1, 100, 33, 48, 64, true, 0, 1}, {{100, 1, 50, 7}, {33, 20, 2, 0}}},
+      {{3, 1, 40, 40, 128, 100, true, 0, 1}, {{40, 17, 0}, {40, 17, 33}}},
+      {{3, 2, 1, 200, 64, 64, true, 0, 1}, {{1, 0, 1}, {200, 7, 0}}},  // decode over a cache
+      {{3, 1, 200, 200, 64, 64, true, 0, 1}, {{200, 130, 65}, {200, 129, 66}}},  // many tiles
+      {{2, 1, 150, 300, 80, 72, false, 0, 1}, {{150, 97}, {300, 129}}},
+  };
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (const auto& [c, lengths] : padded) run_case(c, dtype, seed++, stream, false, lengths);
   }
   // 70000 blocks, more than gridDim.y allows: once, as the host emulator runs blocks one by one.
   run_case({700, 100, 1, 3, 2, 2, true, 0, 1}, DType::kFloat32, seed++, stream);

@@ -3,8 +3,9 @@
 // to bfloat16 first. Covers warp- and block-per-row shapes up to V = 131072, padded rows
 // (row_stride > V) and misaligned logits / gradient pointers (scalar heads and tails, the scalar
 // backward path), ignored and all-ignored targets, rows with NaN / inf, the gradient written in
-// place over the logits, N = 0 and V = 0, and run-to-run bitwise reproducibility. Exits with 77
-// (ctest: skipped) when there is no CUDA device.
+// place over the logits, N = 0 and V = 0, and run-to-run bitwise reproducibility; without label
+// smoothing, and a selection of those shapes with s = 0.1 and s = 1. Exits with 77 (ctest:
+// skipped) when there is no CUDA device.
 //
 // Tolerances (|got - ref| <= atol + rtol * |ref|):
 //   lse and loss (float32 outputs for both dtypes): atol = rtol = 1e-5, atol relative to
@@ -39,6 +40,7 @@ constexpr double kFloatTol = 1e-5;
 constexpr double kGradRtol = 2e-5;
 constexpr double kGradAtol = 1e-6;
 constexpr double kBf16Rtol = 1.01 / 256.0;
+constexpr int64_t kLargestSmoothed = 1 << 21;  // elements (N * V) of a case run with smoothing
 
 struct Case {
   int64_t N, V, row_padding;  // row_stride = V + row_padding
@@ -52,6 +54,7 @@ struct Problem {
   int64_t N, V, row_stride;
   std::vector<float> logits;  // N x row_stride in the dtype's values; padding is junk (1e30)
   std::vector<int64_t> targets;
+  double label_smoothing;
 };
 
 struct Reference {
@@ -59,10 +62,10 @@ struct Reference {
   double loss;
 };
 
-Problem make_problem(const Case& c, bool bf16, Rng& rng) {
+Problem make_problem(const Case& c, double label_smoothing, bool bf16, Rng& rng) {
   const int64_t row_stride = c.V + c.row_padding;
   Problem p{c.N, c.V, row_stride, std::vector<float>(c.N * row_stride),
-            std::vector<int64_t>(c.N)};
+            std::vector<int64_t>(c.N), label_smoothing};
   for (int64_t i = 0; i < c.N; ++i) {
     draw_logit_row(c.pattern, c.V, row_stride, c.stddev, rng, &p.logits[i * row_stride]);
     p.targets[i] = draw_target(c.pattern, c.V, c.ignored_fraction, kIgnore, rng);
@@ -75,14 +78,15 @@ Reference oracle(const Problem& p) {
   const std::vector<double> logits(p.logits.begin(), p.logits.end());
   Reference r{std::vector<double>(p.N), std::vector<double>(p.N * p.V), 0.0};
   const double sum = pygpt::cpu::cross_entropy_forward<double>(
-      logits.data(), p.row_stride, p.targets.data(), p.V, kIgnore, r.lse.data(), 0, p.N);
+      logits.data(), p.row_stride, p.targets.data(), p.V, kIgnore, p.label_smoothing,
+      r.lse.data(), 0, p.N);
   int64_t count = 0;
   for (int64_t t : p.targets) count += t != kIgnore;
   r.loss = count > 0 ? sum / static_cast<double>(count) : std::nan("");
   const double scale = count > 0 ? static_cast<double>(kGradLoss) / static_cast<double>(count) : 0;
   pygpt::cpu::cross_entropy_backward<double>(logits.data(), p.row_stride, p.targets.data(),
-                                             r.lse.data(), p.V, kIgnore, scale, r.grad.data(), 0,
-                                             p.N);
+                                             r.lse.data(), p.V, kIgnore, p.label_smoothing, scale,
+                                             r.grad.data(), 0, p.N);
   return r;
 }
 
@@ -113,15 +117,17 @@ struct Result {
 
 cudaError_t forward(const Problem& p, DType dtype, Device& d, const void* logits) {
   return pygpt::cuda::cross_entropy_forward(dtype, logits, p.row_stride, d.targets.get<int64_t>(),
-                                            p.N, p.V, kIgnore, d.lse.get<float>(),
-                                            d.loss.get<float>(), d.workspace.get(), nullptr);
+                                            p.N, p.V, kIgnore, p.label_smoothing,
+                                            d.lse.get<float>(), d.loss.get<float>(),
+                                            d.workspace.get(), nullptr);
 }
 
 cudaError_t backward(const Problem& p, DType dtype, Device& d, const void* logits,
                      int64_t row_stride, void* grad) {
   return pygpt::cuda::cross_entropy_backward(dtype, logits, row_stride, d.targets.get<int64_t>(),
                                              d.lse.get<float>(), d.grad_loss.get<float>(), p.N,
-                                             p.V, kIgnore, grad, d.workspace.get(), nullptr);
+                                             p.V, kIgnore, p.label_smoothing, grad,
+                                             d.workspace.get(), nullptr);
 }
 
 Result run(const Problem& p, bool bf16, Device& d, const std::string& name) {
@@ -158,14 +164,14 @@ void expect_results(const std::string& name, const Problem& p, const Result& r,
   check(ignored_zero, name + ": ignored rows have exactly zero gradients");
 }
 
-void run_case(const Case& c, bool bf16, Rng& rng) {
+void run_case(const Case& c, double label_smoothing, bool bf16, Rng& rng) {
   const std::string name =
       format("cross_entropy_cuda<%s> N=%ld V=%ld padding=%ld pattern=%d stddev=%g ignored=%g "
-             "misalign=%d/%d",
+             "misalign=%d/%d smoothing=%g",
              bf16 ? "bf16" : "float", static_cast<long>(c.N), static_cast<long>(c.V),
              static_cast<long>(c.row_padding), static_cast<int>(c.pattern), c.stddev,
-             c.ignored_fraction, c.logits_misalign, c.grad_misalign);
-  const Problem p = make_problem(c, bf16, rng);
+             c.ignored_fraction, c.logits_misalign, c.grad_misalign, label_smoothing);
+  const Problem p = make_problem(c, label_smoothing, bf16, rng);
   const Reference ref = oracle(p);
   check(static_cast<size_t>(std::max(c.logits_misalign, c.grad_misalign)) * (bf16 ? 2 : 4) < kPad,
         name + ": misalignment fits the buffers' padding");
@@ -195,12 +201,12 @@ void run_case(const Case& c, bool bf16, Rng& rng) {
 }
 
 // Rows holding NaN or +inf give lse NaN and NaN gradients, a row of only -inf gives lse -inf,
-// ignored rows stay zero whatever they hold (as the CPU kernels do).
-void check_non_finite_rows(bool bf16) {
-  const std::string name =
-      format("cross_entropy_cuda<%s> non-finite rows", bf16 ? "bf16" : "float");
+// ignored rows stay zero whatever they hold (as the CPU kernels do, with or without smoothing).
+void check_non_finite_rows(double label_smoothing, bool bf16) {
+  const std::string name = format("cross_entropy_cuda<%s> non-finite rows smoothing=%g",
+                                  bf16 ? "bf16" : "float", label_smoothing);
   Problem p{kNonFiniteRows, kNonFiniteV, kNonFiniteV, non_finite_logits<float>(),
-            non_finite_targets(kIgnore)};
+            non_finite_targets(kIgnore), label_smoothing};
   const Reference ref = oracle(p);
   Device d(p, bf16, 0, 0);
   const Result r = run(p, bf16, d, name);
@@ -215,7 +221,8 @@ void check_non_finite_rows(bool bf16) {
   check(ignored_zero, name + ": ignored non-finite row has zero gradient");
 }
 
-// N = 0: the mean over no rows is NaN; V = 0 (every target ignored): lse -inf, loss NaN.
+// N = 0: the mean over no rows is NaN; V = 0 (every target ignored): lse -inf, loss NaN. A label
+// smoothing outside [0, 1] is refused (cudaErrorInvalidValue) before anything runs.
 void check_empty(bool bf16) {
   const DType dtype = bf16 ? DType::kBFloat16 : DType::kFloat32;
   const std::string name = format("cross_entropy_cuda<%s>", bf16 ? "bf16" : "float");
@@ -223,20 +230,27 @@ void check_empty(bool bf16) {
     DeviceBuffer logits(64), targets(64), lse(64), loss(4), grad_loss(4), grad(64);
     DeviceBuffer ws(pygpt::cuda::cross_entropy_workspace_bytes(0));
     upload(grad_loss.get(), &kGradLoss, sizeof(float));
-    check(pygpt::cuda::cross_entropy_forward(dtype, logits.get(), 8, targets.get<int64_t>(), 0,
-                                             8, kIgnore, lse.get<float>(), loss.get<float>(),
-                                             ws.get(), nullptr) == cudaSuccess,
-          name + " N=0: forward returns cudaSuccess");
-    check(pygpt::cuda::cross_entropy_backward(dtype, logits.get(), 8, targets.get<int64_t>(),
-                                              lse.get<float>(), grad_loss.get<float>(), 0, 8,
-                                              kIgnore, grad.get(), ws.get(),
-                                              nullptr) == cudaSuccess,
-          name + " N=0: backward returns cudaSuccess");
+    auto forward = [&](double s) {
+      return pygpt::cuda::cross_entropy_forward(dtype, logits.get(), 8, targets.get<int64_t>(), 0,
+                                                8, kIgnore, s, lse.get<float>(),
+                                                loss.get<float>(), ws.get(), nullptr);
+    };
+    auto backward = [&](double s) {
+      return pygpt::cuda::cross_entropy_backward(dtype, logits.get(), 8, targets.get<int64_t>(),
+                                                 lse.get<float>(), grad_loss.get<float>(), 0, 8,
+                                                 kIgnore, s, grad.get(), ws.get(), nullptr);
+    };
+    for (double bad : {-0.1, 1.5, std::nan("")}) {
+      check(forward(bad) == cudaErrorInvalidValue && backward(bad) == cudaErrorInvalidValue,
+            format("%s label_smoothing=%g: refused", name.c_str(), bad));
+    }
+    check(forward(0.1) == cudaSuccess, name + " N=0: forward returns cudaSuccess");
+    check(backward(0.1) == cudaSuccess, name + " N=0: backward returns cudaSuccess");
     PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
     check(std::isnan(download_values(loss.get(), 1, false)[0]), name + " N=0: loss is NaN");
   }
   {
-    Problem p{3, 0, 0, {}, {kIgnore, kIgnore, kIgnore}};
+    Problem p{3, 0, 0, {}, {kIgnore, kIgnore, kIgnore}, 0.0};
     Device d(p, bf16, 0, 0);
     const Result r = run(p, bf16, d, name + " V=0");
     check(r.lse[0] == -std::numeric_limits<float>::infinity() &&
@@ -289,8 +303,14 @@ int main() {
       {200, 16385, 0, P::kNormal, 1.0, 0.0, 0, 0},
   };
   for (bool bf16 : {false, true}) {
-    for (const Case& c : cases) run_case(c, bf16, rng);
-    check_non_finite_rows(bf16);
+    for (double s : kLabelSmoothings) {
+      for (const Case& c : cases) {
+        // Smoothed, the largest problems are left out: smaller ones take the same kernel paths.
+        if (s != 0.0 && c.N * c.V > kLargestSmoothed) continue;
+        run_case(c, s, bf16, rng);
+      }
+      check_non_finite_rows(s, bf16);
+    }
     check_empty(bf16);
   }
   return Tally::get().finish("test_cross_entropy_cuda");
