@@ -60,7 +60,7 @@ def test_padded_attention_in_onnxruntime(causal, tmp_path):
         expected = pygpt.ops.attention(q, k, v, causal=causal, q_lengths=ql, kv_lengths=kl)
         feeds = dict(zip(names, (t.numpy() for t in (q, k, v, ql, kl))))
         got = session.run(None, {n: feeds[n] for n in names})[0]
-        assert not np.isnan(got).any(), case
+        assert not np.isnan(got).any(), f"Tq={Tq} Tk={Tk}: NaN"
         np.testing.assert_allclose(got, expected.numpy(), atol=1e-5, rtol=1e-5,
                                    err_msg=f"Tq={Tq} Tk={Tk} lengths {lq} {lk}")
 
