@@ -10,7 +10,7 @@ from typing import Any, Literal, Optional
 # The kernel sets a model can run on (see pygpt.kernels): ours, and the plain-PyTorch reference.
 KERNEL_SETS = ("ext", "torch")
 # The model families pygpt.models.build can assemble.
-ARCHS = ("gpt",)
+ARCHS = ("gpt", "bert")
 
 
 def opt(default: Any, help: str) -> Any:
@@ -48,7 +48,8 @@ def check_field_types(cfg: Any) -> None:
 class ModelConfig:
     """What a checkpoint's weights mean; saved in config.json beside them."""
 
-    arch: Literal[ARCHS] = opt("gpt", "model family: gpt (decoder-only)")
+    arch: Literal[ARCHS] = opt("gpt", "model family: gpt (decoder-only, next-token) or bert "
+                                      "(encoder-only, masked-LM; its default preset is bert-baby)")
     vocab_size: int = opt(65, "tokens in the vocabulary: with --tokenizer bpe the size to train "
                               "(default 1024); a char tokenizer sets it from the text")
     block_size: int = opt(64, "context length in tokens")
@@ -62,12 +63,21 @@ class ModelConfig:
     # Switches that only the `seed` preset turns off, to rebuild the tutorial model exactly.
     attn_proj: bool = opt(True, "W_O after the concatenated heads")
     residual: bool = opt(True, "residual connections around attention and MLP")
-    block_norm: bool = opt(True, "pre-norm layer norms inside each block")
+    block_norm: bool = opt(True, "layer norms inside each block")
+    norm: Literal["pre", "post"] = opt("pre", "where a block's layer norms sit: before each "
+                                              "sub-layer (pre, GPT-2's) or after its residual add "
+                                              "(post, BERT's and the original Transformer's)")
     embed_norm: bool = opt(False, "a layer norm right after token embedding + position")
     final_norm: bool = opt(True, "the layer norm before the LM head")
     tie_weights: bool = opt(True, "LM head shares the token embedding's weights")
     head_bias: bool = opt(False, "a bias on the LM head")
     embed_std: float = opt(0.02, "std of the token embedding's normal initialisation")
+    # BERT only.
+    type_vocab_size: int = opt(2, "bert: segment (sentence A / B) embeddings")
+    nsp: bool = opt(True, "bert: the next-sentence-prediction head and loss (--no-nsp: "
+                          "masked-LM only, as RoBERTa)")
+    num_labels: int = opt(0, "bert: classes of the classification head (0: none; fine-tuning "
+                             "sets it from the labels)")
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -78,6 +88,8 @@ class ModelConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.type_vocab_size < 0 or self.num_labels < 0:
+            raise ValueError("type_vocab_size and num_labels must not be negative")
 
     @property
     def head_dim(self) -> int:

@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Iterator, NamedTuple, Optional, Union
 
 import numpy as np
 import torch
@@ -128,6 +128,13 @@ def _tokenize_to(path: Path, tokenizer, dtype, out: Path) -> int:
     return n_chars
 
 
+class LMBatch(NamedTuple):
+    """Next-token training data; the fields are the GPT's forward arguments."""
+
+    idx: torch.Tensor  # (B, T) int64 inputs
+    targets: torch.Tensor  # (B, T) int64: the token after each input
+
+
 class TokenSplits:
     """Token ids split 90/10 into train and val, sampled as (x, y) windows of block_size."""
 
@@ -146,11 +153,11 @@ class TokenSplits:
                     "--block-size")
 
     def batch(self, split: str, batch_size: int,
-              generator: Optional[torch.Generator] = None) -> tuple[torch.Tensor, torch.Tensor]:
+              generator: Optional[torch.Generator] = None) -> LMBatch:
         """batch_size random windows: inputs x and next-token targets y, both (batch, block_size)
         int64, read from the (possibly memory-mapped) token array."""
         data = self.splits[split]
         T = self.block_size
         starts = torch.randint(len(data) - T, (batch_size,), generator=generator).numpy()
         windows = torch.from_numpy(data[starts[:, None] + np.arange(T + 1)].astype(np.int64))
-        return windows[:, :-1], windows[:, 1:]
+        return LMBatch(windows[:, :-1], windows[:, 1:])

@@ -4,104 +4,215 @@
   a text with a character it lacks is refused with the list of them.
 - `bpe`: byte-level BPE trained on the training text with HF `tokenizers`; it starts from the 256
   byte values, so any text encodes (no unknown characters). Its tokenizer.json is the HF format.
+- `wordpiece`: BERT's WordPiece, trained with HF `tokenizers` (HF format too). Any text encodes:
+  a word with a character outside the vocabulary becomes one [UNK].
+
+Special tokens (SPECIAL_TOKENS, for the BERT family): a wordpiece tokenizer always has them, at
+ids 0..4; char (`from_text(..., specials=True)`, ids after the characters, which keep theirs) and
+bpe (`train(..., specials=True)`, ids 0..4 before the bytes) have them on request.
+`tokenizer.special_tokens` maps name -> id, empty without them. The same rules for every kind:
+- `encode(text)` never gives a special id: a text containing "[MASK]" is encoded as those
+  characters (HF's library matches the names in text by default; here it is switched off).
+  `encode(text, parse_specials=True)` does match the names (a fill-mask prompt "a [MASK] b").
+  `encode` never adds [CLS]/[SEP] around the text either: the caller adds them by id.
+- `decode(ids)` writes a special id as its name, "[MASK]": inline for char and bpe, separated by
+  spaces like every word for wordpiece (whose decode also joins "##" pieces to their word).
 """
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Iterable, Iterator, Union
+from typing import Iterable, Iterator, Sequence, Union
 
 from pygpt.io import atomic_write_text
 
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
-class CharTokenizer:
+TextOrChunks = Union[str, Iterable[str]]  # a text, or its chunks (a file read piece by piece)
+
+
+def _chunks(text: TextOrChunks) -> Iterable[str]:
+    return [text] if isinstance(text, str) else text
+
+
+class _Base:
+    """What every kind shares: its special tokens, and encoding with or without their names."""
+    kind = ""
+    special_tokens: dict[str, int]  # name -> id; empty without specials
+
+    def _set_specials(self, special_tokens: dict[str, int]) -> None:
+        self.special_tokens = special_tokens
+        names = sorted(special_tokens, key=len, reverse=True)  # the longest name first
+        self._names = re.compile("(" + "|".join(map(re.escape, names)) + ")") if names else None
+
+    def _encode_text(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def encode(self, text: str, parse_specials: bool = False) -> list[int]:
+        """The ids of text; with parse_specials, the special names in text give their ids."""
+        if not (parse_specials and self._names):
+            return self._encode_text(text)
+        parts = self._names.split(text)  # the names at the odd places
+        return [i for n, part in enumerate(parts)
+                for i in ([self.special_tokens[part]] if n % 2 else self._encode_text(part))]
+
+    def to_json(self) -> str:
+        raise NotImplementedError
+
+    def save(self, path: Union[str, Path]) -> None:
+        atomic_write_text(path, self.to_json())
+
+
+class CharTokenizer(_Base):
     kind = "char"
 
-    def __init__(self, chars: list[str]):
+    def __init__(self, chars: list[str], specials: Sequence[str] = ()):
         if not chars or len(set(chars)) != len(chars) or any(len(c) != 1 for c in chars):
             raise ValueError("a char tokenizer needs a non-empty list of distinct single characters")
-        self.chars = list(chars)
+        specials = list(specials)
+        if len(set(specials)) != len(specials) or any(not isinstance(s, str) or len(s) < 2
+                                                      for s in specials):
+            raise ValueError("a char tokenizer's specials must be distinct names of 2+ characters")
+        self.chars, self.specials = list(chars), specials
+        self._pieces = self.chars + specials  # the text of each id
         self._index = {c: i for i, c in enumerate(self.chars)}
+        self._set_specials({s: len(self.chars) + i for i, s in enumerate(specials)})
 
     @classmethod
-    def from_text(cls, text: Union[str, Iterable[str]]) -> "CharTokenizer":
-        """From a text, or an iterable of text chunks (a file read piece by piece)."""
+    def from_text(cls, text: TextOrChunks, specials: bool = False) -> "CharTokenizer":
+        """From a text, or an iterable of text chunks. With specials, SPECIAL_TOKENS follow the
+        characters (ids len(chars)..len(chars)+4): the characters' ids are those without."""
         chars: set[str] = set()
-        for chunk in [text] if isinstance(text, str) else text:
+        for chunk in _chunks(text):
             chars.update(chunk)
         if not chars:
             raise ValueError("cannot build a tokenizer from empty text")
-        return cls(sorted(chars))
+        return cls(sorted(chars), SPECIAL_TOKENS if specials else ())
 
     @property
     def vocab_size(self) -> int:
-        return len(self.chars)
+        return len(self._pieces)
 
     def unknown(self, text: str) -> list[str]:
         """The distinct characters of text that have no token, in order of appearance."""
         return list(dict.fromkeys(c for c in text if c not in self._index))
 
-    def encode(self, text: str) -> list[int]:
+    def _encode_text(self, text: str) -> list[int]:
         missing = self.unknown(text)
         if missing:
             shown = " ".join(repr(c) for c in missing[:20]) + (" ..." if len(missing) > 20 else "")
             raise ValueError(f"{len(missing)} character(s) not in the tokenizer's vocabulary: "
-                             f"{shown}. The model only knows the {self.vocab_size} characters "
+                             f"{shown}. The model only knows the {len(self.chars)} characters "
                              "of its training text.")
         return [self._index[c] for c in text]
 
     def decode(self, ids) -> str:
         try:
-            return "".join(self.chars[int(i)] for i in ids)
+            return "".join(self._pieces[int(i)] for i in ids)
         except IndexError as e:
             raise ValueError(f"token id out of range for a vocabulary of {self.vocab_size}") from e
 
     def to_json(self) -> str:
-        return json.dumps({"kind": self.kind, "chars": self.chars}, ensure_ascii=False)
+        spec = {"kind": self.kind, "chars": self.chars}
+        if self.specials:  # without, the file is what it was before specials existed
+            spec["specials"] = self.specials
+        return json.dumps(spec, ensure_ascii=False)
 
-    def save(self, path: Union[str, Path]) -> None:
-        atomic_write_text(path, self.to_json())
 
-
-class BPETokenizer:
-    kind = "bpe"
+class _HFTokenizer(_Base):
+    """What the kinds built on an HF `tokenizers.Tokenizer` share; its tokenizer.json is HF's."""
+    hf_type = ""  # the model type in HF's tokenizer.json
 
     def __init__(self, tokenizer) -> None:
         self._tok = tokenizer  # a tokenizers.Tokenizer
-
-    @classmethod
-    def train(cls, text: Union[str, Iterable[str]], vocab_size: int) -> "BPETokenizer":
-        """Byte-level BPE with vocab_size tokens (at least the 256 bytes) learned from text."""
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-        if vocab_size < 257:
-            raise ValueError(f"a byte-level BPE needs --vocab-size above 256, got {vocab_size}")
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        tok.train_from_iterator([text] if isinstance(text, str) else text, trainer)
-        return cls(tok)
+        # Special names written in a text are encoded as text (not saved in the json: HF's own
+        # readers of the file, such as the ONNX runner, must set this themselves).
+        tokenizer.encode_special_tokens = True
+        self._set_specials({t.content: i for i, t in
+                            sorted(tokenizer.get_added_tokens_decoder().items()) if t.special})
 
     @property
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size()
 
-    def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text).ids
+    def _encode_text(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids) -> str:
-        return self._tok.decode([int(i) for i in ids])
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
     def to_json(self) -> str:
         return self._tok.to_str()
 
-    def save(self, path: Union[str, Path]) -> None:
-        atomic_write_text(path, self.to_json())
+
+class BPETokenizer(_HFTokenizer):
+    kind, hf_type = "bpe", "BPE"
+
+    @classmethod
+    def train(cls, text: TextOrChunks, vocab_size: int, specials: bool = False) -> "BPETokenizer":
+        """Byte-level BPE with vocab_size tokens (at least the 256 bytes) learned from text. With
+        specials, SPECIAL_TOKENS take ids 0..4 (and count in vocab_size): the bytes follow them."""
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        least = 256 + (len(SPECIAL_TOKENS) if specials else 0)
+        if vocab_size <= least:
+            which = f" with the {len(SPECIAL_TOKENS)} special tokens" if specials else ""
+            raise ValueError(f"a byte-level BPE{which} needs --vocab-size above {least}, "
+                             f"got {vocab_size}")
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                      special_tokens=list(SPECIAL_TOKENS) if specials else [],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(_chunks(text), trainer)
+        return cls(tok)
 
 
-Tokenizer = Union[CharTokenizer, BPETokenizer]
+class WordPieceTokenizer(_HFTokenizer):
+    kind, hf_type = "wordpiece", "WordPiece"
+
+    @classmethod
+    def train(cls, text: TextOrChunks, vocab_size: int,
+              lowercase: bool = False) -> "WordPieceTokenizer":
+        """BERT's WordPiece with vocab_size tokens learned from text (or its chunks): SPECIAL_TOKENS
+        at ids 0..4, the text's characters (sorted) and the "##" forms of those seen inside a
+        word, then the learned pieces. BERT's normalizer keeps case unless lowercase (which also
+        strips accents, as BERT uncased does); it drops control characters, makes any whitespace
+        a space and sets each CJK character apart as a word. A word the vocabulary cannot spell
+        becomes one [UNK]: one with a character outside it, or with one never seen inside a word
+        in training (no "##" form), or of over 100 characters. decode joins words with single
+        spaces and "##" pieces to their word (. , ! ? against the word before); what it gives
+        encodes to the same ids again. A vocab_size below the specials and that alphabet is
+        refused. Training is not deterministic (huggingface/tokenizers#1794: the "##" ids, and
+        ties between merges, follow a hash map's order): keep the saved file."""
+        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+        if vocab_size <= len(SPECIAL_TOKENS):
+            raise ValueError(f"a WordPiece tokenizer needs --vocab-size above "
+                             f"{len(SPECIAL_TOKENS)} (its special tokens and at least one "
+                             f"character), got {vocab_size}")
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##")
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, show_progress=False,
+                                            special_tokens=list(SPECIAL_TOKENS),
+                                            continuing_subword_prefix="##")
+        tok.train_from_iterator(_chunks(text), trainer)
+        got = tok.get_vocab_size()  # the trainer keeps the whole alphabet, whatever the size
+        if got == len(SPECIAL_TOKENS):
+            raise ValueError("cannot build a tokenizer from a text without words")
+        if got > vocab_size:
+            raise ValueError(f"--vocab-size {vocab_size} is too small for this text: the "
+                             f"{len(SPECIAL_TOKENS)} special tokens and its alphabet (its "
+                             f"characters and their ## forms) take {got}; ask for {got} or more")
+        return cls(tok)
+
+
+Tokenizer = Union[CharTokenizer, BPETokenizer, WordPieceTokenizer]
+_HF_KINDS = {cls.hf_type: cls for cls in (BPETokenizer, WordPieceTokenizer)}
 
 
 def load_tokenizer(path: Union[str, Path]) -> Tokenizer:
@@ -123,31 +234,44 @@ def tokenizer_from_json(text: str, source: str = "tokenizer") -> Tokenizer:
         raise ValueError(f"{source} is not a valid tokenizer file: {e}") from None
     if isinstance(spec, dict) and spec.get("kind") == "char" and "chars" in spec:
         try:
-            return CharTokenizer(spec["chars"])
+            return CharTokenizer(spec["chars"], spec.get("specials", ()))
         except (TypeError, ValueError) as e:
             raise ValueError(f"{source} is not a valid char tokenizer: {e}") from None
-    if isinstance(spec, dict) and isinstance(spec.get("model"), dict) and spec["model"].get("type") == "BPE":
+    model = spec.get("model") if isinstance(spec, dict) else None
+    hf_class = _HF_KINDS.get(model.get("type")) if isinstance(model, dict) else None
+    if hf_class is not None:
         from tokenizers import Tokenizer as HFTokenizer
 
         try:
-            return BPETokenizer(HFTokenizer.from_str(text))
+            return hf_class(HFTokenizer.from_str(text))
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:  # tokenizers reports some damage as a Rust panic, which
             # reaches Python as a BaseException (pyo3's PanicException)
-            raise ValueError(f"{source} is not a valid BPE tokenizer: {e}") from None
-    raise ValueError(f"{source}: unsupported tokenizer (expected kind 'char', or an HF BPE tokenizer)")
+            raise ValueError(f"{source} is not a valid {hf_class.hf_type} tokenizer: {e}") from None
+    raise ValueError(f"{source}: unsupported tokenizer (expected kind 'char', or an HF BPE or "
+                     "WordPiece tokenizer)")
 
 
 def decode_stream(tokenizer: Tokenizer, ids: Iterable[int]) -> Iterator[str]:
-    """The text of a stream of token ids, piece by piece as it becomes whole: a byte-level token
-    can end in the middle of a multi-byte character, which is held back until it completes."""
-    pending: list[int] = []
+    """The text of a stream of token ids, piece by piece as it becomes whole; the pieces join to
+    decode(all the ids). Each new id is decoded after the ids of the piece given last, and the
+    piece is what that adds to their text: a wordpiece token's leading space or "##" depends on
+    the token before it. A byte-level token can end inside a multi-byte character, which is held
+    back until it completes (a stream ending inside one gives it with a replacement character)."""
+    window: list[int] = []  # the ids of the piece given last, then those not given yet
+    given, prefix = 0, ""  # how many of window were given; their text
+
+    def new_part(text: str) -> str:
+        return text[len(prefix):] if text.startswith(prefix) else tokenizer.decode(window[given:])
+
     for i in ids:
-        pending.append(int(i))
-        text = tokenizer.decode(pending)
-        if not text.endswith("\ufffd"):
-            yield text
-            pending = []
-    if pending:
-        yield tokenizer.decode(pending)
+        window.append(int(i))
+        text = tokenizer.decode(window)
+        if len(text) > len(prefix) and not text.endswith("\ufffd"):
+            yield new_part(text)
+            window = window[given:]
+            given, prefix = len(window), tokenizer.decode(window)
+    rest = new_part(tokenizer.decode(window)) if len(window) > given else ""
+    if rest:
+        yield rest

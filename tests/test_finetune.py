@@ -16,9 +16,10 @@ import torch
 import pygpt
 import pygpt.train
 from pygpt.config import TrainConfig, config_from_dict
-from pygpt.data import SHIPPED_TEXT, TokenFile, TokenSplits
+from pygpt.data import SHIPPED_TEXT, TokenFile
 from pygpt.models import GPT
 from pygpt.training import evaluate, lr_at
+from pygpt.training.tasks import LanguageModelling
 
 SHAPE = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16"]
 RUN = ["--eval-iters", "2", "--batch-size", "4", "--quiet"]
@@ -88,9 +89,8 @@ def test_fine_tune_starts_from_source_weights(src, texts, tmp_path):
     assert state_dicts_equal(tuned_model.state_dict(), source_model.state_dict())
 
     # The first evaluation is the source model's loss on the new text.
-    token_file = TokenFile.load(texts[1], source_tok)
-    splits = TokenSplits(token_file.tokens, source_model.config.block_size)
-    expected = evaluate(source_model, splits, cfg, token_file.chars_per_token)
+    task = LanguageModelling(TokenFile.load(texts[1], source_tok), source_model.config.block_size)
+    expected = evaluate(source_model, task, cfg)
     assert result["val_loss"] == pytest.approx(expected["val_loss"], abs=1e-6)
     assert result["train_loss"] == pytest.approx(expected["train_loss"], abs=1e-6)
 
@@ -99,7 +99,7 @@ def test_fine_tune_starts_from_source_weights(src, texts, tmp_path):
     fresh = GPT(source_model.config)
     assert not state_dicts_equal(fresh.state_dict(), source_model.state_dict())
     assert (fresh.embed.tok.weight - source_model.embed.tok.weight).abs().max() > 0.05
-    fresh_loss = evaluate(fresh, splits, cfg, token_file.chars_per_token)["val_loss"]
+    fresh_loss = evaluate(fresh, task, cfg)["val_loss"]
     assert abs(fresh_loss - result["val_loss"]) > 0.1
 
 

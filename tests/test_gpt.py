@@ -74,8 +74,8 @@ def test_build_picks_the_model_by_arch():
     model = build(TINY, kernels="torch")
     assert type(model) is GPT and model.kernels == "torch" and model.config is TINY
     cfg = dataclasses.replace(TINY)
-    cfg.arch = "bert"  # past the config's own check, as a hand-built object could be
-    with pytest.raises(ValueError, match="unknown model family 'bert'"):
+    cfg.arch = "t5"  # past the config's own check, as a hand-built object could be
+    with pytest.raises(ValueError, match="unknown model family 't5'"):
         build(cfg)
 
 
@@ -306,7 +306,9 @@ def test_dropout_model_eval_is_deterministic():
     (dict(vocab_size=0), "vocab_size"),
     (dict(dropout=1.0), "dropout"),
     (dict(dropout=-0.1), "dropout"),
-    (dict(arch="bert"), "arch"),
+    (dict(arch="t5"), "arch"),
+    (dict(norm="sandwich"), "norm"),
+    (dict(num_labels=-1), "num_labels"),
 ])
 def test_bad_model_config_raises(kwargs, word):
     with pytest.raises(ValueError, match=word):

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pygpt"
 # Lowest first. A module belongs to the first layer with a prefix that names it or its package.
 LAYERS = [
     ["pygpt.io", "pygpt.run_files", "pygpt.config", "pygpt.cli"],
-    ["pygpt.tokenizer", "pygpt.data", "pygpt.ops", "pygpt.plot"],
+    ["pygpt.tokenizer", "pygpt.data", "pygpt.mlm_data", "pygpt.ops", "pygpt.plot"],
     ["pygpt.kernels"],
     ["pygpt.nn"],
     ["pygpt.decoding"],

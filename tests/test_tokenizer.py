@@ -191,7 +191,8 @@ def test_char_tokenizer_save_load_round_trip(tmp_path):
     ("[1, 2, 3]", ValueError, r"unsupported tokenizer"),
     ('"a string"', ValueError, r"unsupported tokenizer"),
     ('{"kind": "wordpiece", "vocab": {}}', ValueError, r"unsupported tokenizer"),
-    ('{"model": {"type": "WordPiece", "vocab": {}}}', ValueError, r"unsupported tokenizer"),
+    ('{"model": {"type": "WordPiece", "vocab": {}}}', ValueError, r"not a valid WordPiece"),
+    ('{"model": {"type": "Unigram", "vocab": []}}', ValueError, r"unsupported tokenizer"),
     ('{"model": {"type": "BPE"}}', ValueError, r"not a valid BPE tokenizer"),
     ('{"model": {"type": "BPE", "vocab": 3, "merges": []}}', ValueError, r"not a valid BPE"),
 ])

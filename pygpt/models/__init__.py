@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from torch import nn
 
-from pygpt.config import ModelConfig
+from pygpt.config import ARCHS, ModelConfig
+from pygpt.models.bert import BERT, BertOutput
 from pygpt.models.gpt import GPT, GPTOutput
 
-MODELS: dict[str, type[nn.Module]] = {"gpt": GPT}
+MODELS: dict[str, type[nn.Module]] = {"gpt": GPT, "bert": BERT}
+assert tuple(MODELS) == ARCHS, "pygpt.config.ARCHS names these families"
 
 
 def build(cfg: ModelConfig, kernels: str = "ext") -> nn.Module:
@@ -17,4 +19,4 @@ def build(cfg: ModelConfig, kernels: str = "ext") -> nn.Module:
     return MODELS[cfg.arch](cfg, kernels=kernels)
 
 
-__all__ = ["GPT", "GPTOutput", "MODELS", "build"]
+__all__ = ["BERT", "BertOutput", "GPT", "GPTOutput", "MODELS", "build"]

@@ -16,7 +16,8 @@ from torch import nn
 from pygpt.config import ModelConfig
 from pygpt.decoding import Generates
 from pygpt.kernels import KernelModule
-from pygpt.nn import MLP, Block, Embeddings, KVCache, LayerNorm, MultiHeadAttention, gpt2_init
+from pygpt.models.blocks import transformer_block
+from pygpt.nn import Embeddings, KVCache, LayerNorm, gpt2_init
 
 
 class GPTOutput(NamedTuple):
@@ -31,7 +32,8 @@ class GPT(KernelModule, Generates):
         self.embed = Embeddings(cfg.vocab_size, cfg.n_embd, cfg.block_size,
                                 position=cfg.pos_encoding, dropout=cfg.dropout,
                                 norm=cfg.embed_norm)
-        self.blocks = nn.ModuleList(self._block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(transformer_block(cfg, causal=True)
+                                    for _ in range(cfg.n_layer))
         self.final_norm = LayerNorm(cfg.n_embd) if cfg.final_norm else None
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=cfg.head_bias)
         if cfg.tie_weights:
@@ -41,14 +43,6 @@ class GPT(KernelModule, Generates):
                                 if layer is not None and layer.proj is not None]
         gpt2_init(self, cfg.n_layer, residual_projections, self.embed.tok, cfg.embed_std)
         self.kernels = kernels
-
-    @staticmethod
-    def _block(cfg: ModelConfig) -> Block:
-        attn = MultiHeadAttention(cfg.n_embd, cfg.n_head, cfg.head_dim, causal=True,
-                                  bias=cfg.bias, out_proj=cfg.attn_proj, dropout=cfg.dropout)
-        mlp = MLP(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias, dropout=cfg.dropout) if cfg.mlp else None
-        return Block(cfg.n_embd, attn, mlp, norm="pre" if cfg.block_norm else "none",
-                     residual=cfg.residual)
 
     @property
     def context_length(self) -> int:

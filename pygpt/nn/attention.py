@@ -37,13 +37,21 @@ class MultiHeadAttention(KernelModule):
         return t.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
-                cache: Optional[LayerKV] = None) -> torch.Tensor:
+                cache: Optional[LayerKV] = None, lengths: Optional[torch.Tensor] = None,
+                context_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x (B, T, dim) -> (B, T, dim). Keys and values come from x (self-attention) or from
         context (cross-attention). With a cache, self-attention appends the new positions' keys
         and values to it and the queries, the last T positions, attend over everything cached
         (causal: bottom-right aligned, as in a decode step); cross-attention fills an empty cache
-        from the context once and then reuses it, ignoring later contexts."""
+        from the context once and then reuses it, ignoring later contexts.
+
+        Right-padded batches: lengths (B,) are the real positions of each row of x, and
+        context_lengths those of the context (self-attention: the keys are x's, so lengths);
+        padded queries give zeros and nothing attends to padding."""
         B, T, _ = x.shape
+        if cache is not None and context is None and lengths is not None:
+            raise ValueError("a self-attention cache holds unpadded rows; lengths cannot be used "
+                             "with it")
         q = self._heads(self.q(x))
         if context is not None and cache is not None and cache.length > 0:
             k, v = cache.k, cache.v
@@ -52,7 +60,10 @@ class MultiHeadAttention(KernelModule):
             k, v = self._heads(self.k(source)), self._heads(self.v(source))
             if cache is not None:
                 k, v = cache.append(k, v)
-        y = self.kern.attention(q, k, v, causal=self.causal).transpose(1, 2).reshape(B, T, -1)
+        kv_lengths = lengths if context is None else context_lengths
+        y = self.kern.attention(q, k, v, causal=self.causal, q_lengths=lengths,
+                                kv_lengths=kv_lengths)
+        y = y.transpose(1, 2).reshape(B, T, -1)
         if self.proj is not None:
             y = self.proj(y)
         return self.dropout(y)

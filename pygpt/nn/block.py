@@ -36,8 +36,12 @@ class Block(KernelModule):
         y = x + layer(x) if self.residual else layer(x)
         return norm(y) if self.norm == "post" else y
 
-    def forward(self, x: torch.Tensor, cache: Optional[LayerKV] = None) -> torch.Tensor:
-        x = self._sublayer(x, self.attn_norm, lambda h: self.attn(h, cache=cache))
+    def forward(self, x: torch.Tensor, cache: Optional[LayerKV] = None,
+                lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x (B, T, dim); lengths (B,): the real positions of each row of a right-padded batch
+        (padding rows of the output are not meaningful, only never NaN from attention)."""
+        x = self._sublayer(x, self.attn_norm,
+                           lambda h: self.attn(h, cache=cache, lengths=lengths))
         if self.mlp is not None:
             x = self._sublayer(x, self.mlp_norm, self.mlp)
         return x

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from pygpt import checkpoint
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.data import TokenFile, TokenSplits, read_chunks
+from pygpt.data import TokenFile, read_chunks
 from pygpt.models import build
 from pygpt.plot import plot_runs
 from pygpt.run_files import LOSS_PLOT, METRICS, TOKENIZER
@@ -33,22 +33,30 @@ from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, load_tokeniz
 from pygpt.training.distributed import Distributed
 from pygpt.training.optim import lr_at, make_optimizer
 from pygpt.training.step import train_step
+from pygpt.training.tasks import LanguageModelling, Task
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, splits: TokenSplits, cfg: TrainConfig,
-             chars_per_token: float = 1.0, batch_size: Optional[int] = None) -> dict[str, float]:
-    """Mean loss per split over the same eval_iters batches every time (their own generator, so
-    evaluating never changes the training data order), in nats per token and in bits per
-    character (comparable across tokenizers)."""
+def evaluate(model: torch.nn.Module, task: Task, cfg: TrainConfig,
+             batch_size: Optional[int] = None) -> dict[str, float]:
+    """The task's metrics per split ("train_loss", "val_loss", ...) over the same eval_iters
+    batches every time (their own generator, so evaluating never changes the training data
+    order)."""
     model.eval()
     result = {}
     for i, split in enumerate(("train", "val")):
         gen = torch.Generator().manual_seed(cfg.seed + 1 + i)
-        losses = [model(*splits.batch(split, batch_size or cfg.batch_size, gen)).loss.item()
-                  for _ in range(cfg.eval_iters)]
-        result[f"{split}_loss"] = sum(losses) / len(losses)
-        result[f"{split}_bpc"] = result[f"{split}_loss"] / math.log(2) / chars_per_token
+        sums: dict[str, list[float]] = {}
+        for _ in range(cfg.eval_iters):
+            batch = task.batch(split, batch_size or cfg.batch_size, gen)
+            batch = type(batch)(*(t.to(cfg.device) for t in batch))
+            for name, (value, count) in task.metrics(model(**batch._asdict()), batch).items():
+                total = sums.setdefault(name, [0.0, 0.0])
+                total[0] += value
+                total[1] += count
+        means = {name: value / count if count else math.nan
+                 for name, (value, count) in sums.items()}
+        result.update({f"{split}_{name}": v for name, v in task.summarise(means).items()})
     model.train()
     return result
 
@@ -112,13 +120,13 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     ranks.barrier()
     token_file = token_file or TokenFile.load(cfg.data, tokenizer)
     model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
-    splits = TokenSplits(token_file.tokens, model_cfg.block_size)
+    task = LanguageModelling(token_file, model_cfg.block_size)
 
     torch.manual_seed(cfg.seed)
     model = build(model_cfg, kernels=cfg.kernels).to(cfg.device)
     optimizer = make_optimizer(model, cfg)
     data_gen = torch.Generator().manual_seed(cfg.seed)
-    step = 0
+    step = tokens_seen = 0
     if cfg.init_from is not None and not resume:
         source, _ = checkpoint.load(cfg.init_from, kernels=cfg.kernels, device=cfg.device)
         model.load_state_dict(source.state_dict())
@@ -128,6 +136,9 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
         state = checkpoint.load_train_state(out)
         optimizer.load_state_dict(state["optimizer"])
         step = state["step"]
+        # States saved before token counts were kept are GPT runs, whose steps are all alike.
+        tokens_seen = state.get("tokens", step * cfg.batch_size * cfg.grad_accum * ranks.world
+                                * model_cfg.block_size)
         data_gen.set_state(state["data_rng"])
         torch.set_rng_state(state["torch_rng"])
         if ranks.is_main:
@@ -140,19 +151,19 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
 
     def save() -> None:
         state = {"optimizer": optimizer.state_dict(), "data_rng": data_gen.get_state(),
-                 "torch_rng": torch.get_rng_state()}
+                 "torch_rng": torch.get_rng_state(), "tokens": tokens_seen}
         checkpoint.save(out, model, tokenizer, cfg, state, step=step)
 
-    def micro_batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def micro_batches() -> list:
         # Every rank draws the same global batch and trains on its own slice of it, so N ranks
         # of batch B step exactly like one process of batch N * B.
         mine = slice(ranks.rank * cfg.batch_size, (ranks.rank + 1) * cfg.batch_size)
-        return [tuple(t[mine].to(cfg.device)
-                      for t in splits.batch("train", cfg.batch_size * ranks.world, data_gen))
-                for _ in range(cfg.grad_accum)]
+        batches = [task.batch("train", cfg.batch_size * ranks.world, data_gen)
+                   for _ in range(cfg.grad_accum)]
+        return [type(b)(*(t[mine].to(cfg.device) for t in b)) for b in batches]
 
-    tokens_per_step = cfg.batch_size * cfg.grad_accum * ranks.world * model_cfg.block_size
-    last: dict[str, Any] = {"step": step}
+    last: dict[str, Any] = {"step": step, "tokens": tokens_seen}
+    tokens = 0  # since the last evaluation
     train_time, t_start = 0.0, time.perf_counter()
     bar = tqdm(total=cfg.max_iters, initial=step, disable=not (progress and ranks.is_main),
                unit="step", dynamic_ncols=True, mininterval=0.5)
@@ -160,24 +171,23 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
         while step < cfg.max_iters and not stop.requested:
             t0 = time.perf_counter()
             lr = lr_at(step, cfg)
-            loss = train_step(model, optimizer, micro_batches(), lr, cfg.grad_clip,
+            batches = micro_batches()
+            loss = train_step(model, optimizer, batches, lr, cfg.grad_clip,
                               forward=forward, no_sync=lambda skip: ranks.no_sync(forward, skip))
             step += 1
+            step_tokens = sum(task.tokens(b) for b in batches) * ranks.world
+            tokens += step_tokens
             dt = time.perf_counter() - t0
             train_time += dt
             bar.update(1)
-            bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens_per_step / dt:,.0f}",
-                            refresh=False)
+            bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{step_tokens / dt:,.0f}", refresh=False)
             if step % cfg.eval_interval == 0 or step == cfg.max_iters or stop.requested:
-                last = {"step": step, "tokens": step * tokens_per_step, "lr": lr,
-                        **evaluate(model, splits, cfg, token_file.chars_per_token,
-                                   batch_size=cfg.batch_size * ranks.world),
-                        "tokens_per_s": (tokens_per_step * (step - (last.get("step") or 0)))
-                        / max(train_time, 1e-9),
+                tokens_seen += tokens
+                last = {"step": step, "tokens": tokens_seen, "lr": lr,
+                        **evaluate(model, task, cfg, batch_size=cfg.batch_size * ranks.world),
+                        "tokens_per_s": tokens / max(train_time, 1e-9),
                         "elapsed_s": time.perf_counter() - t_start}
-                last["train_ppl"] = math.exp(last["train_loss"])
-                last["val_ppl"] = math.exp(last["val_loss"])
-                train_time = 0.0
+                train_time, tokens = 0.0, 0
                 if not ranks.is_main:
                     continue
                 save()

@@ -16,7 +16,9 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
     accumulate their mean loss), clips the global gradient norm to grad_clip (0: off), steps and
     clears the gradients. Returns the step's loss.
 
-    forward: what computes the loss, `forward(*batch).loss` (default the model; pass its
+    A micro-batch is a NamedTuple of the forward's keyword arguments (a task's batch) or a plain
+    tuple of its positional ones.
+    forward: what computes the loss, `forward(**batch).loss` (default the model; pass its
     torch.compile'd or DistributedDataParallel wrapper). no_sync(skip): a context in which
     backward does not all-reduce, entered with skip=True for all but the last micro-batch."""
     forward = model if forward is None else forward
@@ -26,7 +28,8 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
     for i, batch in enumerate(micro_batches):
         last = i == len(micro_batches) - 1
         with no_sync(not last) if no_sync is not None else contextlib.nullcontext():
-            loss = forward(*batch).loss / len(micro_batches)
+            out = forward(**batch._asdict()) if hasattr(batch, "_asdict") else forward(*batch)
+            loss = out.loss / len(micro_batches)
             loss.backward()
         total += loss.item()
     if grad_clip > 0:

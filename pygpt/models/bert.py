@@ -1,0 +1,116 @@
+"""BERT: an encoder over a right-padded batch of sentence pairs, [CLS] A [SEP] B [SEP], that sees
+the whole sequence at once (bidirectional attention, never attending to padding), pretrained by
+masked language modelling and next-sentence prediction, then fine-tuned to classify.
+
+Embeddings are token + position + segment (A or B), then a layer norm and dropout; the blocks
+are post-norm ("Add & Norm", as in BERT) or pre-norm (then with a final norm), per the config.
+Heads: the pooler (tanh of a linear map of the [CLS] vector), the masked-LM head (a transform,
+GELU, layer norm, then a decoder tied to the token embedding, with its own bias), the
+next-sentence head on the pooled vector, and a classification head when `num_labels` > 0.
+Initialisation as BERT's: every weight ~ N(0, 0.02), biases zero, layer norms at identity.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pygpt.config import ModelConfig
+from pygpt.kernels import KernelModule
+from pygpt.models.blocks import transformer_block
+from pygpt.nn import Embeddings, LayerNorm
+
+IGNORE_INDEX = -100  # a label the losses skip
+
+
+class BertOutput(NamedTuple):
+    loss: Optional[torch.Tensor]  # the sum of the losses whose labels were given
+    mlm_logits: Optional[torch.Tensor]  # (n masked, V) with mlm_labels, else (B, T, V)
+    nsp_logits: Optional[torch.Tensor]  # (B, 2): is B the true next segment?
+    logits: Optional[torch.Tensor]  # (B, num_labels), with a classification head
+
+
+class MaskedLMHead(KernelModule):
+    def __init__(self, dim: int, vocab_size: int):
+        super().__init__()
+        self.transform = nn.Linear(dim, dim)
+        self.norm = LayerNorm(dim)
+        self.decoder = nn.Linear(dim, vocab_size)  # its weight is tied to the token embedding
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.norm(F.gelu(self.transform(h))))
+
+
+class BERT(KernelModule):
+    def __init__(self, cfg: ModelConfig, kernels: str = "ext"):
+        super().__init__()
+        self.config = cfg
+        self.embed = Embeddings(cfg.vocab_size, cfg.n_embd, cfg.block_size,
+                                position=cfg.pos_encoding, dropout=cfg.dropout,
+                                norm=cfg.embed_norm, segments=cfg.type_vocab_size)
+        self.blocks = nn.ModuleList(transformer_block(cfg, causal=False)
+                                    for _ in range(cfg.n_layer))
+        self.final_norm = LayerNorm(cfg.n_embd) if cfg.final_norm else None
+        self.pooler = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.mlm = MaskedLMHead(cfg.n_embd, cfg.vocab_size)
+        if cfg.tie_weights:
+            self.mlm.decoder.weight = self.embed.tok.weight
+        self.nsp = nn.Linear(cfg.n_embd, 2) if cfg.nsp else None
+        self.classifier = (nn.Sequential(nn.Dropout(cfg.dropout),
+                                         nn.Linear(cfg.n_embd, cfg.num_labels))
+                           if cfg.num_labels else None)
+        self._init_weights()
+        self.kernels = kernels
+
+    def _init_weights(self) -> None:
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, 0.0, 0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def encode(self, input_ids: torch.Tensor, segment_ids: Optional[torch.Tensor] = None,
+               lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The final hidden states (B, T, n_embd) of input_ids (B, T); lengths (B,) are the real
+        tokens of each row (None: all), segment_ids (B, T) 0 for A and 1 for B (None: all 0)."""
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be (batch, time), got shape {tuple(input_ids.shape)}")
+        x = self.embed(input_ids, segment_ids=segment_ids)
+        for block in self.blocks:
+            x = block(x, lengths=lengths)
+        return self.final_norm(x) if self.final_norm is not None else x
+
+    def forward(self, input_ids: torch.Tensor, segment_ids: Optional[torch.Tensor] = None,
+                lengths: Optional[torch.Tensor] = None, mlm_labels: Optional[torch.Tensor] = None,
+                nsp_labels: Optional[torch.Tensor] = None,
+                labels: Optional[torch.Tensor] = None) -> BertOutput:
+        """The heads' logits and, for the labels given, the sum of their mean cross-entropies:
+        mlm_labels (B, T) (IGNORE_INDEX where nothing is to be predicted; the vocabulary is
+        projected at those positions only), nsp_labels (B,) (1: B follows A), labels (B,)."""
+        h = self.encode(input_ids, segment_ids, lengths)
+        ce = self.kern.cross_entropy
+        losses = []
+        if mlm_labels is not None:
+            at = mlm_labels != IGNORE_INDEX
+            mlm_logits = self.mlm(h[at])
+            if mlm_logits.shape[0]:
+                losses.append(ce(mlm_logits, mlm_labels[at]))
+        else:
+            mlm_logits = self.mlm(h) if self.classifier is None else None
+        pooled = torch.tanh(self.pooler(h[:, 0]))
+        nsp_logits = self.nsp(pooled) if self.nsp is not None else None
+        if nsp_labels is not None and nsp_logits is not None:
+            losses.append(ce(nsp_logits, nsp_labels))
+        logits = self.classifier(pooled) if self.classifier is not None else None
+        if labels is not None:
+            if logits is None:
+                raise ValueError("labels given to a BERT without a classification head "
+                                 "(num_labels is 0)")
+            losses.append(ce(logits, labels))
+        loss = torch.stack(losses).sum() if losses else None
+        return BertOutput(loss, mlm_logits, nsp_logits, logits)

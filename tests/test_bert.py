@@ -1,0 +1,145 @@
+"""The BERT model (pygpt.models.bert): our kernels against the plain-PyTorch path, padding
+invariance (a sentence alone and in a padded batch give the same outputs), post- and pre-norm
+structure, the heads and their losses against explicit computations, BERT's initialisation, and
+a tiny model memorising masked tokens. Tiny configs, so the module runs in seconds."""
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import close, spread_, twin
+from pygpt.config import ModelConfig
+from pygpt.models import BERT, build
+from pygpt.models.bert import IGNORE_INDEX
+
+V = 30
+POST = ModelConfig(arch="bert", vocab_size=V, block_size=24, n_layer=2, n_head=2, n_embd=32,
+                   norm="post", embed_norm=True, final_norm=False, num_labels=3)
+PRE = dataclasses.replace(POST, norm="pre", final_norm=True)
+TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+def make(cfg=POST, kernels="ext", seed=0):
+    torch.manual_seed(seed)
+    return spread_(BERT(cfg, kernels=kernels), 0.2)
+
+
+def batch(seed=1, B=4, T=19):
+    """input_ids with right padding (id 0) past each row's length, segment ids (A then B), and
+    labels at a few masked positions."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([T, 5, 12, 1][:B])
+    ids = torch.randint(5, V, (B, T), generator=g)
+    segments = torch.zeros(B, T, dtype=torch.long)
+    mlm_labels = torch.full((B, T), IGNORE_INDEX)
+    for b, n in enumerate(lengths.tolist()):
+        ids[b, n:] = 0
+        segments[b, n // 2:n] = 1
+        for t in range(1, n, 3):
+            mlm_labels[b, t] = ids[b, t]
+    return ids, segments, lengths, mlm_labels
+
+
+@pytest.mark.parametrize("cfg", [POST, PRE], ids=["post", "pre"])
+def test_ext_matches_torch(cfg):
+    ext = make(cfg)
+    ref = twin(ext, "torch")
+    ids, seg, lengths, mlm = batch()
+    nsp, labels = torch.tensor([1, 0, 1, 0]), torch.tensor([0, 2, 1, 1])
+    out_e = ext(ids, seg, lengths, mlm, nsp, labels)
+    out_t = ref(ids, seg, lengths, mlm, nsp, labels)
+    for name in ("loss", "mlm_logits", "nsp_logits", "logits"):
+        close(getattr(out_e, name), getattr(out_t, name), TOL, name, rel_to_max=True)
+    out_e.loss.backward()
+    out_t.loss.backward()
+    grads_t = dict(ref.named_parameters())
+    for name, p in ext.named_parameters():
+        close(p.grad, grads_t[name].grad, dict(atol=1e-5, rtol=1e-4), f"grad {name}",
+              rel_to_max=True)
+
+
+@pytest.mark.parametrize("kernels", ["ext", "torch"])
+@pytest.mark.parametrize("cfg", [POST, PRE], ids=["post", "pre"])
+def test_a_sentence_alone_equals_it_in_a_padded_batch(cfg, kernels):
+    """Padding invariance: each row's hidden states, pooled heads and masked-LM logits equal those
+    of the row run alone at its own length, whatever the padding holds."""
+    model = make(cfg, kernels).eval()
+    ids, seg, lengths, _ = batch()
+    ids = ids.clone()
+    ids[1, 5:] = 7  # padding that is not even the pad id: still never attended to
+    hidden = model.encode(ids, seg, lengths)
+    out = model(ids, seg, lengths)
+    for b, n in enumerate(lengths.tolist()):
+        alone = model.encode(ids[b:b + 1, :n], seg[b:b + 1, :n])
+        close(hidden[b:b + 1, :n], alone, TOL, f"row {b} hidden", rel_to_max=True)
+        alone_out = model(ids[b:b + 1, :n], seg[b:b + 1, :n])
+        close(out.nsp_logits[b:b + 1], alone_out.nsp_logits, TOL, f"row {b} nsp", rel_to_max=True)
+        close(out.logits[b:b + 1], alone_out.logits, TOL, f"row {b} class", rel_to_max=True)
+    assert not hidden.isnan().any()
+
+
+def test_heads_and_losses_written_out():
+    """The loss is the sum of the three mean cross-entropies: masked-LM over the labelled
+    positions only, next-sentence on the pooled [CLS], classification on the same."""
+    model = make()
+    ids, seg, lengths, mlm = batch()
+    nsp, labels = torch.tensor([1, 0, 1, 0]), torch.tensor([0, 2, 1, 1])
+    out = model(ids, seg, lengths, mlm, nsp, labels)
+    h = model.encode(ids, seg, lengths)
+    at = mlm != IGNORE_INDEX
+    assert out.mlm_logits.shape == (int(at.sum()), V)
+    close(out.mlm_logits, model.mlm(h)[at], TOL, "mlm logits at the masked positions")
+    pooled = torch.tanh(model.pooler(h[:, 0]))
+    expected = (F.cross_entropy(model.mlm(h)[at], mlm[at]) +
+                F.cross_entropy(model.nsp(pooled), nsp) +
+                F.cross_entropy(model.classifier(pooled), labels))
+    close(out.loss, expected, TOL, "loss")
+    # Without labels: no loss; full MLM logits only for a model without a classifier.
+    plain = model(ids, seg, lengths)
+    assert plain.loss is None and plain.mlm_logits is None and plain.logits.shape == (4, 3)
+    no_cls = make(dataclasses.replace(POST, num_labels=0))
+    assert no_cls(ids, seg, lengths).mlm_logits.shape == (4, 19, V)
+    with pytest.raises(ValueError, match="classification head"):
+        no_cls(ids, seg, lengths, labels=labels)
+
+
+def test_structure_and_initialisation():
+    torch.manual_seed(0)
+    post = BERT(dataclasses.replace(POST, n_layer=4, n_embd=64, vocab_size=500))
+    assert post.mlm.decoder.weight is post.embed.tok.weight  # tied, with its own bias
+    assert post.mlm.decoder.bias is not None and post.final_norm is None
+    assert post.embed.norm is not None and post.embed.seg.weight.shape == (2, 64)
+    assert all(b.norm == "post" for b in post.blocks)
+    assert all(not b.attn.causal for b in post.blocks)
+    for name in ("embed.tok.weight", "blocks.0.attn.q.weight", "blocks.3.mlp.proj.weight",
+                 "pooler.weight", "embed.pos.weight"):
+        std = dict(post.named_parameters())[name].std().item()
+        assert std == pytest.approx(0.02, rel=0.15), name
+    assert torch.all(post.pooler.bias == 0) and torch.all(post.blocks[0].attn_norm.weight == 1)
+    pre = build(PRE)
+    assert type(pre) is BERT and pre.final_norm is not None
+    assert all(b.norm == "pre" for b in pre.blocks)
+    assert build(dataclasses.replace(POST, nsp=False, num_labels=0)).nsp is None
+
+
+def test_memorises_masked_tokens():
+    """A tiny BERT learns to fill the masks of a fixed batch from context, through our kernels'
+    padded attention and loss (the classification and NSP heads train alongside)."""
+    cfg = dataclasses.replace(POST, num_labels=0, dropout=0.0)
+    torch.manual_seed(0)
+    model = BERT(cfg)
+    ids, seg, lengths, mlm = batch()
+    masked = torch.where(mlm != IGNORE_INDEX, torch.full_like(ids, 4), ids)  # 4: the mask id
+    nsp = torch.tensor([1, 0, 1, 0])
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    for _ in range(200):
+        loss = model(masked, seg, lengths, mlm, nsp).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    out = model.eval()(masked, seg, lengths, mlm, nsp)
+    at = mlm != IGNORE_INDEX
+    assert out.loss.item() < 0.05
+    assert torch.equal(out.mlm_logits.argmax(-1), mlm[at])
