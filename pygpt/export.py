@@ -177,6 +177,9 @@ def export(ckpt: Union[str, Path], out_dir: Union[str, Path],
     if quantize not in (None, "int8"):
         raise ValueError(f"--quantize supports only int8, got {quantize!r}")
     model, tokenizer = checkpoint.load(ckpt, kernels="ext")
+    if not isinstance(model, GPT):
+        raise ValueError(f"{ckpt} holds a {model.config.arch} model; the ONNX export handles "
+                         "gpt checkpoints only so far")
     cfg = model.config
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ import torch
 
 from pygpt.checkpoint import load
 from pygpt.config import KERNEL_SETS
-from pygpt.decoding import Sampling
+from pygpt.decoding import Generates, Sampling
 from pygpt.tokenizer import decode_stream
 
 
@@ -42,6 +42,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         sampling = Sampling(greedy=args.greedy, temperature=args.temperature, top_k=args.top_k,
                             top_p=args.top_p)
         model, tokenizer = load(args.ckpt, kernels=args.kernels)
+        if not isinstance(model, Generates):
+            raise ValueError(f"{args.ckpt} holds a {model.config.arch} model, which does not "
+                             "generate text (a bert fills in masks: python -m pygpt.fill_mask)")
         if not args.prompt:
             raise ValueError("--prompt must not be empty")
         idx = torch.tensor([tokenizer.encode(args.prompt)], dtype=torch.long)

@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 from pygpt import checkpoint
 from pygpt.cli import add_dataclass_flags, overrides
-from pygpt.config import PRESETS, ModelConfig, TrainConfig, config_from_dict, preset
+from pygpt.config import (DEFAULT_PRESETS, PRESETS, ModelConfig, TrainConfig, config_from_dict,
+                          preset)
 from pygpt.run_files import CONFIG, METRICS, WEIGHTS
 from pygpt.training import train
 
@@ -24,14 +25,16 @@ DEFAULT_BPE_VOCAB = 1024
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pygpt.train",
-        description="Train a GPT on a text file with pygpt's kernels. Flags not given come from "
+        description="Train a GPT (next-token) or a BERT (masked-LM and next-sentence "
+                    "pretraining) on a text file with pygpt's kernels. Flags not given come from "
                     "the preset (or, with --resume, from the checkpoint being continued).",
         epilog="presets: " + "; ".join(
             f"{name}: {p.model.n_layer} layers, {p.model.n_head} heads, {p.model.n_embd} wide, "
             f"context {p.model.block_size}, batch {p.train.batch_size}, {p.train.max_iters} iters"
             for name, p in PRESETS.items()))
-    parser.add_argument("--preset", choices=list(PRESETS), default="baby",
-                        help="starting configuration (default: baby)")
+    parser.add_argument("--preset", choices=list(PRESETS), default=None,
+                        help="starting configuration (default: " + ", ".join(
+                            f"{p} for --arch {arch}" for arch, p in DEFAULT_PRESETS.items()) + ")")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run saved in --out (exactly where it stopped)")
     parser.add_argument("--overwrite", action="store_true",
@@ -65,15 +68,15 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
     if (out / WEIGHTS).exists() and not args.overwrite:
         raise SystemExit(f"{out} already holds a checkpoint; pass --resume to continue it, "
                          "--overwrite to start over, or --out to train elsewhere")
-    base = preset(args.preset)
+    base = preset(args.preset or DEFAULT_PRESETS[model_flags.get("arch", "gpt")])
     train_cfg = dataclasses.replace(base.train, **train_flags)
     if train_cfg.init_from is not None:
         return _fine_tune_model(train_cfg, model_flags, train_flags), train_cfg
     if "vocab_size" in model_flags and train_cfg.tokenizer == "char":
-        raise SystemExit("--vocab-size sets the size of a BPE vocabulary (--tokenizer bpe); a char "
-                         "tokenizer takes its vocabulary from the text")
-    if train_cfg.tokenizer == "bpe":
-        model_flags.setdefault("vocab_size", DEFAULT_BPE_VOCAB)
+        raise SystemExit("--vocab-size sets the size of a trained vocabulary (--tokenizer bpe or "
+                         "wordpiece); a char tokenizer takes its vocabulary from the text")
+    if train_cfg.tokenizer != "char" and base.train.tokenizer == "char":
+        model_flags.setdefault("vocab_size", DEFAULT_BPE_VOCAB)  # the preset's is a char count
     return dataclasses.replace(base.model, **model_flags), train_cfg
 
 

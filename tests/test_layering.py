@@ -20,7 +20,7 @@ LAYERS = [
     ["pygpt.checkpoint"],
     ["pygpt.training"],
     ["pygpt.export"],
-    ["pygpt.train", "pygpt.generate", "pygpt"],  # command lines, and the package's pygpt.load
+    ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt"],  # command lines, and the package's pygpt.load
 ]
 MAX_LINES = 300
 

@@ -29,11 +29,13 @@ from pygpt.data import TokenFile, read_chunks
 from pygpt.models import build
 from pygpt.plot import plot_runs
 from pygpt.run_files import LOSS_PLOT, METRICS, TOKENIZER
-from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, load_tokenizer
+from pygpt.mlm_data import MLMBatches
+from pygpt.tokenizer import (BPETokenizer, CharTokenizer, Tokenizer, WordPieceTokenizer,
+                             load_tokenizer)
 from pygpt.training.distributed import Distributed
 from pygpt.training.optim import lr_at, make_optimizer
 from pygpt.training.step import train_step
-from pygpt.training.tasks import LanguageModelling, Task
+from pygpt.training.tasks import LanguageModelling, MaskedLanguageModelling, Task
 
 
 @torch.no_grad()
@@ -63,14 +65,31 @@ def evaluate(model: torch.nn.Module, task: Task, cfg: TrainConfig,
 
 def make_tokenizer(model_cfg: ModelConfig, cfg: TrainConfig, resume: bool) -> Tokenizer:
     """The run's own tokenizer when resuming, the source's when fine-tuning, else a new one
-    learned from the data."""
+    learned from the data (with BERT's special tokens for a BERT)."""
     if resume:
         return load_tokenizer(Path(cfg.out) / TOKENIZER)
     if cfg.init_from is not None:
         return load_tokenizer(Path(cfg.init_from) / TOKENIZER)
+    specials = model_cfg.arch == "bert"
+    if cfg.tokenizer == "wordpiece":
+        return WordPieceTokenizer.train(read_chunks(cfg.data), model_cfg.vocab_size)
     if cfg.tokenizer == "bpe":
-        return BPETokenizer.train(read_chunks(cfg.data), model_cfg.vocab_size)
-    return CharTokenizer.from_text(read_chunks(cfg.data))
+        return BPETokenizer.train(read_chunks(cfg.data), model_cfg.vocab_size, specials=specials)
+    return CharTokenizer.from_text(read_chunks(cfg.data), specials=specials)
+
+
+def make_task(model_cfg: ModelConfig, cfg: TrainConfig, tokenizer: Tokenizer,
+              ranks: Distributed) -> Task:
+    """The model family's task on the run's data. For a GPT, rank 0 writes the token cache
+    first and the others then map it."""
+    if model_cfg.arch == "bert":
+        return MaskedLanguageModelling(MLMBatches.from_file(cfg.data, tokenizer,
+                                                            model_cfg.block_size,
+                                                            nsp=model_cfg.nsp))
+    token_file = TokenFile.load(cfg.data, tokenizer) if ranks.is_main else None
+    ranks.barrier()
+    return LanguageModelling(token_file or TokenFile.load(cfg.data, tokenizer),
+                             model_cfg.block_size)
 
 
 class _StopRequest:
@@ -116,11 +135,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     tokenizer = ranks.share_tokenizer(make_tokenizer(model_cfg, cfg, resume)
                                       if ranks.is_main else None)
     cfg = dataclasses.replace(cfg, tokenizer=tokenizer.kind)  # what the run really uses
-    token_file = TokenFile.load(cfg.data, tokenizer) if ranks.is_main else None
-    ranks.barrier()
-    token_file = token_file or TokenFile.load(cfg.data, tokenizer)
     model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
-    task = LanguageModelling(token_file, model_cfg.block_size)
+    task = make_task(model_cfg, cfg, tokenizer, ranks)
 
     torch.manual_seed(cfg.seed)
     model = build(model_cfg, kernels=cfg.kernels).to(cfg.device)
@@ -192,9 +208,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
                     continue
                 save()
                 _append_metrics(out, last)
-                bar.write(f"step {step}: train loss {last['train_loss']:.4f}, val loss "
-                          f"{last['val_loss']:.4f} (ppl {last['val_ppl']:.2f}, "
-                          f"{last['val_bpc']:.3f} bits/char), "
+                bar.write(f"step {step}: {task.describe(last)}, "
                           f"{last['tokens_per_s']:,.0f} tokens/s")
     bar.close()
     ranks.stop()
