@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import torch
 from safetensors import SafetensorError
@@ -22,7 +22,7 @@ from torch import nn
 from pygpt.config import ModelConfig, TrainConfig, config_from_dict, to_dict
 from pygpt.io import atomic_write, atomic_write_text
 from pygpt.models import build
-from pygpt.run_files import CONFIG, TOKENIZER, TRAIN_STATE, WEIGHTS
+from pygpt.run_files import CONFIG, LABELS, TOKENIZER, TRAIN_STATE, WEIGHTS
 from pygpt.tokenizer import Tokenizer, load_tokenizer
 
 FORMAT = 2
@@ -33,12 +33,15 @@ LEGACY_NAMES = {"tok_emb.": "embed.tok.", "pos_emb.": "embed.pos.", "embed_norm.
 
 def save(out_dir: Union[str, Path], model: nn.Module, tokenizer: Tokenizer,
          train_cfg: Optional[TrainConfig] = None, state: Optional[dict[str, Any]] = None,
-         step: int = 0) -> None:
-    """Writes the checkpoint files into out_dir (created if needed). The weights go first and
-    carry their own model config and step, so a kill before the other files are rewritten leaves
-    weights that still load (see load)."""
+         step: int = 0, labels: Optional[Sequence[str]] = None) -> None:
+    """Writes the checkpoint files into out_dir (created if needed), with a classifier's labels
+    (its class names, in the order of its outputs). The weights go first and carry their own
+    model config and step, so a kill before the other files are rewritten leaves weights that
+    still load (see load)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if labels is not None:  # never change between steps: first, with the weights still older
+        atomic_write_text(out / LABELS, json.dumps(list(labels), ensure_ascii=False))
     model_cfg = to_dict(model.config)
     metadata = {"format": str(FORMAT), "step": str(step), "model_config": json.dumps(model_cfg)}
     atomic_write(out / WEIGHTS, lambda tmp: save_model(model, str(tmp), metadata=metadata))
@@ -60,16 +63,21 @@ def _weights_metadata(path: Path) -> dict[str, str]:
         raise ValueError(f"{path} is truncated, corrupt or not a safetensors file: {e}") from None
 
 
+def _read_json(path: Path, missing: str) -> Any:
+    """The JSON in path; FileNotFoundError(missing) if there is none, ValueError if corrupt."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(missing) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is corrupt: {e}") from None
+
+
 def read_config(ckpt: Union[str, Path]) -> dict[str, Any]:
     path = Path(ckpt)
     if not path.is_dir():
         raise FileNotFoundError(f"no checkpoint folder at {path}")
-    try:
-        config = json.loads((path / CONFIG).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path} is not a checkpoint: it has no {CONFIG}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path / CONFIG} is corrupt: {e}") from None
+    config = _read_json(path / CONFIG, f"{path} is not a checkpoint: it has no {CONFIG}")
     if (not isinstance(config, dict) or config.get("format") not in READABLE_FORMATS
             or "model" not in config):
         raise ValueError(f"{path / CONFIG} is not a pygpt checkpoint config (format "
@@ -140,6 +148,42 @@ def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], source: Path
     if missing or unexpected:
         raise ValueError(f"{source} does not match {CONFIG}: missing {sorted(missing)}, "
                          f"unexpected {sorted(unexpected)}")
+
+
+def load_labels(ckpt: Union[str, Path]) -> Optional[list[str]]:
+    """A classifier checkpoint's class names, in the order of its outputs; None for a model
+    without a classification head. A ValueError if they do not fit the model's num_labels."""
+    path = Path(ckpt)
+    num_labels = read_config(path)["model"].get("num_labels", 0)
+    if not num_labels:
+        return None
+    labels = _read_json(path / LABELS, f"{path} holds a classifier but no {LABELS}")
+    if (not isinstance(labels, list) or not all(isinstance(x, str) for x in labels)
+            or len(labels) != num_labels):
+        raise ValueError(f"{path / LABELS} must be a list of the model's {num_labels} label "
+                         f"names, got {labels!r}")
+    return labels
+
+
+def init_from(model: nn.Module, source: nn.Module, fresh: Sequence[str] = ()) -> None:
+    """Loads source's weights into model (fine-tuning): every tensor of model must come from a
+    tensor of source of the same shape, except those under the prefixes in `fresh` (a new head,
+    left as model initialised it); source's own tensors under those prefixes are dropped, and
+    any other tensor of source that model lacks is an error."""
+    def is_fresh(name: str) -> bool:
+        return any(name.startswith(prefix) for prefix in fresh)
+
+    state = {name: t for name, t in source.state_dict().items() if not is_fresh(name)}
+    own = model.state_dict()
+    wrong = [f"{name} {tuple(t.shape)} (here {tuple(own[name].shape)})"
+             for name, t in state.items() if name in own and own[name].shape != t.shape]
+    if wrong:
+        raise ValueError(f"the source's weights do not fit this model: {', '.join(wrong)}")
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [name for name in missing if not is_fresh(name)]
+    if missing or unexpected:
+        raise ValueError(f"the source's weights do not fit this model: missing {sorted(missing)},"
+                         f" unexpected {sorted(unexpected)}")
 
 
 def weights_step(ckpt: Union[str, Path]) -> int:

@@ -109,6 +109,13 @@ class TrainConfig:
                 "--vocab-size tokens")
     init_from: Optional[str] = opt(None, "fine-tune: start from this checkpoint's weights and "
                                          "tokenizer (it is never modified)")
+    task: Literal["pretrain", "classify"] = opt(
+        "pretrain", "pretrain: next-token (gpt) or masked-LM (bert) on a text; classify: train a "
+                    "bert to classify labelled texts (--data: TSV or CSV with label and text "
+                    "columns, optionally text_pair), usually --init-from a pretrained bert; its "
+                    "default preset is bert-classify")
+    val_data: Optional[str] = opt(None, "classify: labelled validation data (default: a "
+                                        "stratified tenth of --data held out)")
     out: str = opt("out", "output folder for the checkpoint, metrics and plots")
     batch_size: int = opt(12, "sequences per micro-batch")
     grad_accum: int = opt(1, "micro-batches per optimizer step")
@@ -169,6 +176,15 @@ PRESETS: dict[str, Preset] = {
                                     embed_norm=True, final_norm=False),
                         TrainConfig(tokenizer="wordpiece", batch_size=32, lr=1e-3,
                                     max_iters=2000, eval_iters=20)),
+    # Fine-tuning a BERT to classify (--task classify): a lower rate, short warmup and decay,
+    # light weight decay, an evaluation (on the whole validation set) every 50 steps. With
+    # --init-from only the training settings apply; the model is the source's.
+    "bert-classify": Preset(
+        ModelConfig(arch="bert", vocab_size=2000, block_size=64, n_layer=4, n_head=4, n_embd=128,
+                    dropout=0.1, norm="post", embed_norm=True, final_norm=False),
+        TrainConfig(tokenizer="wordpiece", task="classify", batch_size=32, lr=2e-4,
+                    warmup_iters=30, schedule="cosine", weight_decay=0.01, max_iters=300,
+                    eval_interval=50, eval_iters=10)),
     "seed": Preset(ModelConfig(block_size=10, n_layer=1, n_head=5, n_embd=60, dropout=0.0,
                                bias=False, pos_encoding="sinusoidal", mlp=False, attn_proj=False,
                                residual=False, block_norm=False, embed_norm=True,
@@ -180,6 +196,7 @@ PRESETS: dict[str, Preset] = {
 
 # The preset a run starts from when --preset is not given, per model family.
 DEFAULT_PRESETS = {"gpt": "baby", "bert": "bert-baby"}
+CLASSIFY_PRESET = "bert-classify"  # the default with --task classify
 
 
 def preset(name: str) -> Preset:

@@ -14,8 +14,8 @@ from typing import Any, Optional
 
 from pygpt import checkpoint
 from pygpt.cli import add_dataclass_flags, overrides
-from pygpt.config import (DEFAULT_PRESETS, PRESETS, ModelConfig, TrainConfig, config_from_dict,
-                          preset)
+from pygpt.config import (CLASSIFY_PRESET, DEFAULT_PRESETS, PRESETS, ModelConfig, TrainConfig,
+                          config_from_dict, preset)
 from pygpt.run_files import CONFIG, METRICS, WEIGHTS
 from pygpt.training import train
 
@@ -26,15 +26,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pygpt.train",
         description="Train a GPT (next-token) or a BERT (masked-LM and next-sentence "
-                    "pretraining) on a text file with pygpt's kernels. Flags not given come from "
-                    "the preset (or, with --resume, from the checkpoint being continued).",
+                    "pretraining) on a text file with pygpt's kernels, or fine-tune a BERT to "
+                    "classify labelled texts (--task classify --init-from runs/bert --data "
+                    "train.tsv). Flags not given come from the preset (or, with --resume, from "
+                    "the checkpoint being continued).",
         epilog="presets: " + "; ".join(
             f"{name}: {p.model.n_layer} layers, {p.model.n_head} heads, {p.model.n_embd} wide, "
             f"context {p.model.block_size}, batch {p.train.batch_size}, {p.train.max_iters} iters"
             for name, p in PRESETS.items()))
     parser.add_argument("--preset", choices=list(PRESETS), default=None,
                         help="starting configuration (default: " + ", ".join(
-                            f"{p} for --arch {arch}" for arch, p in DEFAULT_PRESETS.items()) + ")")
+                            f"{p} for --arch {arch}" for arch, p in DEFAULT_PRESETS.items())
+                             + f", {CLASSIFY_PRESET} for --task classify)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run saved in --out (exactly where it stopped)")
     parser.add_argument("--overwrite", action="store_true",
@@ -68,16 +71,39 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
     if (out / WEIGHTS).exists() and not args.overwrite:
         raise SystemExit(f"{out} already holds a checkpoint; pass --resume to continue it, "
                          "--overwrite to start over, or --out to train elsewhere")
-    base = preset(args.preset or DEFAULT_PRESETS[model_flags.get("arch", "gpt")])
+    task = train_flags.get("task", preset(args.preset).train.task if args.preset else "pretrain")
+    base = preset(args.preset or (CLASSIFY_PRESET if task == "classify" else
+                                  DEFAULT_PRESETS[model_flags.get("arch", "gpt")]))
     train_cfg = dataclasses.replace(base.train, **train_flags)
+    _check_task(train_cfg, model_flags)
     if train_cfg.init_from is not None:
-        return _fine_tune_model(train_cfg, model_flags, train_flags), train_cfg
+        model_cfg = _fine_tune_model(train_cfg, model_flags, train_flags)
+        if train_cfg.task == "classify" and model_cfg.arch != "bert":
+            raise SystemExit(f"--task classify fine-tunes a bert; {train_cfg.init_from} holds a "
+                             f"{model_cfg.arch}")
+        return model_cfg, train_cfg
     if "vocab_size" in model_flags and train_cfg.tokenizer == "char":
         raise SystemExit("--vocab-size sets the size of a trained vocabulary (--tokenizer bpe or "
                          "wordpiece); a char tokenizer takes its vocabulary from the text")
     if train_cfg.tokenizer != "char" and base.train.tokenizer == "char":
         model_flags.setdefault("vocab_size", DEFAULT_BPE_VOCAB)  # the preset's is a char count
     return dataclasses.replace(base.model, **model_flags), train_cfg
+
+
+def _check_task(train_cfg: TrainConfig, model_flags: dict[str, Any]) -> None:
+    if train_cfg.task != "classify":
+        if train_cfg.val_data is not None:
+            raise SystemExit("--val-data is for --task classify (pretraining holds out the last "
+                             "tenth of --data)")
+        return
+    if "num_labels" in model_flags:
+        raise SystemExit("--task classify takes the number of classes from the labels in --data;"
+                         " --num-labels cannot set it")
+    if model_flags.get("arch", "bert") != "bert":
+        raise SystemExit("--task classify trains a bert; --arch must be bert")
+    if train_cfg.data is None:
+        raise SystemExit("--task classify needs --data: a TSV or CSV file with label and text "
+                         "columns")
 
 
 def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any],

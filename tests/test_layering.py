@@ -12,7 +12,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pygpt"
 # Lowest first. A module belongs to the first layer with a prefix that names it or its package.
 LAYERS = [
     ["pygpt.io", "pygpt.run_files", "pygpt.config", "pygpt.cli"],
-    ["pygpt.tokenizer", "pygpt.data", "pygpt.mlm_data", "pygpt.ops", "pygpt.plot"],
+    ["pygpt.tokenizer", "pygpt.data", "pygpt.mlm_data", "pygpt.labelled_data", "pygpt.ops",
+     "pygpt.plot"],
     ["pygpt.kernels"],
     ["pygpt.nn"],
     ["pygpt.decoding"],
@@ -20,7 +21,8 @@ LAYERS = [
     ["pygpt.checkpoint"],
     ["pygpt.training"],
     ["pygpt.export"],
-    ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt"],  # command lines, and the package's pygpt.load
+    ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify",
+     "pygpt"],  # command lines, and the package's pygpt.load
 ]
 MAX_LINES = 300
 

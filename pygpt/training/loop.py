@@ -26,6 +26,7 @@ from tqdm import tqdm
 from pygpt import checkpoint
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.data import TokenFile, read_chunks
+from pygpt.labelled_data import read_labelled
 from pygpt.models import build
 from pygpt.plot import plot_runs
 from pygpt.run_files import LOSS_PLOT, METRICS, TOKENIZER
@@ -35,22 +36,22 @@ from pygpt.tokenizer import (BPETokenizer, CharTokenizer, Tokenizer, WordPieceTo
 from pygpt.training.distributed import Distributed
 from pygpt.training.optim import lr_at, make_optimizer
 from pygpt.training.step import train_step
-from pygpt.training.tasks import LanguageModelling, MaskedLanguageModelling, Task
+from pygpt.training.tasks import (Classification, LanguageModelling, MaskedLanguageModelling,
+                                  Task)
 
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, task: Task, cfg: TrainConfig,
              batch_size: Optional[int] = None) -> dict[str, float]:
-    """The task's metrics per split ("train_loss", "val_loss", ...) over the same eval_iters
-    batches every time (their own generator, so evaluating never changes the training data
-    order)."""
+    """The task's metrics per split ("train_loss", "val_loss", ...) over the same batches every
+    time: eval_iters drawn with their own generator (so evaluating never changes the training
+    data order), or the fixed pass a task may give instead (see Task.eval_batches)."""
     model.eval()
     result = {}
     for i, split in enumerate(("train", "val")):
         gen = torch.Generator().manual_seed(cfg.seed + 1 + i)
         sums: dict[str, list[float]] = {}
-        for _ in range(cfg.eval_iters):
-            batch = task.batch(split, batch_size or cfg.batch_size, gen)
+        for batch in task.eval_batches(split, batch_size or cfg.batch_size, gen, cfg.eval_iters):
             batch = type(batch)(*(t.to(cfg.device) for t in batch))
             for name, (value, count) in task.metrics(model(**batch._asdict()), batch).items():
                 total = sums.setdefault(name, [0.0, 0.0])
@@ -71,17 +72,25 @@ def make_tokenizer(model_cfg: ModelConfig, cfg: TrainConfig, resume: bool) -> To
     if cfg.init_from is not None:
         return load_tokenizer(Path(cfg.init_from) / TOKENIZER)
     specials = model_cfg.arch == "bert"
+    text = (read_chunks(cfg.data) if cfg.task == "pretrain" else  # a classifier's: its texts
+            ["\n".join(t for e in read_labelled(cfg.data) for t in (e.text, e.text_pair) if t)])
     if cfg.tokenizer == "wordpiece":
-        return WordPieceTokenizer.train(read_chunks(cfg.data), model_cfg.vocab_size)
+        return WordPieceTokenizer.train(text, model_cfg.vocab_size)
     if cfg.tokenizer == "bpe":
-        return BPETokenizer.train(read_chunks(cfg.data), model_cfg.vocab_size, specials=specials)
-    return CharTokenizer.from_text(read_chunks(cfg.data), specials=specials)
+        return BPETokenizer.train(text, model_cfg.vocab_size, specials=specials)
+    return CharTokenizer.from_text(text, specials=specials)
 
 
 def make_task(model_cfg: ModelConfig, cfg: TrainConfig, tokenizer: Tokenizer,
-              ranks: Distributed) -> Task:
+              ranks: Distributed, resume: bool = False) -> Task:
     """The model family's task on the run's data. For a GPT, rank 0 writes the token cache
-    first and the others then map it."""
+    first and the others then map it. A resumed classifier keeps its saved labels."""
+    if cfg.task == "classify":
+        if model_cfg.arch != "bert":
+            raise ValueError(f"--task classify fine-tunes a bert, not a {model_cfg.arch}")
+        labels = checkpoint.load_labels(cfg.out) if resume else None
+        return Classification.from_files(cfg.data, cfg.val_data, tokenizer,
+                                         model_cfg.block_size, labels)
     if model_cfg.arch == "bert":
         return MaskedLanguageModelling(MLMBatches.from_file(cfg.data, tokenizer,
                                                             model_cfg.block_size,
@@ -136,7 +145,12 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
                                       if ranks.is_main else None)
     cfg = dataclasses.replace(cfg, tokenizer=tokenizer.kind)  # what the run really uses
     model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
-    task = make_task(model_cfg, cfg, tokenizer, ranks)
+    task = make_task(model_cfg, cfg, tokenizer, ranks, resume)
+    labels = getattr(task, "labels", None)  # a classifier's, saved with each checkpoint
+    if labels is not None:  # the head's classes come from the labels, as the vocabulary
+        model_cfg = dataclasses.replace(model_cfg, num_labels=len(labels))
+    elif model_cfg.num_labels:  # pretraining a classifier further keeps its labels
+        labels = checkpoint.load_labels(cfg.out if resume else cfg.init_from)
 
     torch.manual_seed(cfg.seed)
     model = build(model_cfg, kernels=cfg.kernels).to(cfg.device)
@@ -145,7 +159,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     step = tokens_seen = 0
     if cfg.init_from is not None and not resume:
         source, _ = checkpoint.load(cfg.init_from, kernels=cfg.kernels, device=cfg.device)
-        model.load_state_dict(source.state_dict())
+        # A classifier's head starts fresh (as the model initialised it), whatever the source's.
+        checkpoint.init_from(model, source, fresh=("classifier.",) if labels else ())
     if resume:
         loaded, _ = checkpoint.load(out, kernels=cfg.kernels, device=cfg.device)
         model.load_state_dict(loaded.state_dict())
@@ -168,7 +183,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     def save() -> None:
         state = {"optimizer": optimizer.state_dict(), "data_rng": data_gen.get_state(),
                  "torch_rng": torch.get_rng_state(), "tokens": tokens_seen}
-        checkpoint.save(out, model, tokenizer, cfg, state, step=step)
+        checkpoint.save(out, model, tokenizer, cfg, state, step=step, labels=labels)
 
     def micro_batches() -> list:
         # Every rank draws the same global batch and trains on its own slice of it, so N ranks

@@ -8,16 +8,20 @@ looks inside either.
 - MaskedLanguageModelling (BERT): sentence pairs with masked tokens (pygpt.mlm_data); reports
   the total loss, the masked-LM loss and accuracy over the masked tokens, and next-sentence
   accuracy.
+- Classification (BERT fine-tuning): labelled texts (pygpt.labelled_data); reports loss,
+  accuracy and macro-F1, on the whole validation set every time.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional, Protocol
+from typing import Any, Iterable, NamedTuple, Optional, Protocol
 
 import torch
 import torch.nn.functional as F
 
 from pygpt.data import TokenFile, TokenSplits
+from pygpt.labelled_data import (Encoded, counts, held_out_split, labels_of, macro_f1,
+                                  read_labelled)
 from pygpt.mlm_data import IGNORE_INDEX, MLMBatches
 
 Metrics = dict[str, tuple[float, float]]  # name -> (sum, count) over the batches evaluated
@@ -27,6 +31,11 @@ class Task(Protocol):
     def batch(self, split: str, batch_size: int,
               generator: Optional[torch.Generator] = None) -> NamedTuple:
         """batch_size examples drawn from split ("train" or "val")."""
+
+    def eval_batches(self, split: str, batch_size: int, generator: torch.Generator,
+                     iters: int) -> Iterable[NamedTuple]:
+        """The batches an evaluation of split runs on: `iters` draws from generator (which the
+        evaluation seeds the same way every time), or a fixed pass over the split."""
 
     def tokens(self, batch: NamedTuple) -> int:
         """The real tokens a batch holds (for tokens/s)."""
@@ -41,7 +50,14 @@ class Task(Protocol):
         """One line on an evaluation record, for the progress output."""
 
 
-class LanguageModelling:
+class _DrawnEvaluation:
+    """Evaluates on `iters` random batches of each split."""
+
+    def eval_batches(self, split, batch_size, generator, iters):
+        return (self.batch(split, batch_size, generator) for _ in range(iters))
+
+
+class LanguageModelling(_DrawnEvaluation):
     def __init__(self, token_file: TokenFile, block_size: int):
         self.splits = TokenSplits(token_file.tokens, block_size)
         self.chars_per_token = token_file.chars_per_token
@@ -64,7 +80,7 @@ class LanguageModelling:
                 f"(ppl {record['val_ppl']:.2f}, {record['val_bpc']:.3f} bits/char)")
 
 
-class MaskedLanguageModelling:
+class MaskedLanguageModelling(_DrawnEvaluation):
     def __init__(self, batches: MLMBatches):
         self.batches = batches
 
@@ -92,3 +108,63 @@ class MaskedLanguageModelling:
         nsp = f", next-sentence acc {record['val_nsp_acc']:.3f}" if "val_nsp_acc" in record else ""
         return (f"train loss {record['train_loss']:.4f}, val loss {record['val_loss']:.4f} "
                 f"(masked-LM {record['val_mlm_loss']:.4f}, acc {record['val_mlm_acc']:.3f}{nsp})")
+
+
+class Classification:
+    """Labelled examples (their classes `labels`, sorted), batches drawn at random for training;
+    an evaluation passes over the whole validation set in order, and over eval_iters random
+    batches of the training set. Accuracy and macro-F1 come from per-class counts summed over
+    the evaluation, never from per-batch means. The loop sizes the model's head by `labels` and
+    saves them with each checkpoint."""
+
+    def __init__(self, train: Encoded, val: Encoded, labels: list[str]):
+        self.splits = {"train": train, "val": val}
+        self.labels = labels
+
+    @classmethod
+    def from_files(cls, data: str, val_data: Optional[str], tokenizer, block_size: int,
+                   labels: Optional[list[str]] = None) -> "Classification":
+        """From a labelled file (and a validation file, else a held-out tenth of data). The
+        classes are data's labels unless given (a resumed run's); the validation file's must
+        be among them."""
+        train = read_labelled(data)
+        if val_data is None:
+            labels_of(train, data)  # two classes at least, before splitting
+            train, val = held_out_split(train)
+        else:
+            val = read_labelled(val_data)
+        if labels is None:
+            labels = labels_of(train, data)
+        return cls(Encoded(train, labels, tokenizer, block_size, data),
+                   Encoded(val, labels, tokenizer, block_size, val_data or data), labels)
+
+    def batch(self, split, batch_size, generator=None):
+        return self.splits[split].draw(batch_size, generator)
+
+    def eval_batches(self, split, batch_size, generator, iters):
+        if split == "val":
+            return self.splits["val"].in_order(batch_size)
+        return (self.batch(split, batch_size, generator) for _ in range(iters))
+
+    def tokens(self, batch):
+        return int(batch.lengths.sum())
+
+    def metrics(self, output, batch):
+        n = batch.labels.numel()
+        predicted = output.logits.argmax(-1)
+        result = {"loss": (output.loss.item() * n, n),
+                  "acc": ((predicted == batch.labels).sum().item(), n)}
+        # Each count over the examples seen: their means keep the ratios F1 is made of.
+        for kind, per_class in zip(("tp", "fp", "fn"),
+                                   counts(predicted, batch.labels, len(self.labels))):
+            result.update({f"{kind}{k}": (c, n) for k, c in enumerate(per_class.tolist())})
+        return result
+
+    def summarise(self, means):
+        n = len(self.labels)
+        f1 = macro_f1(*([means[f"{kind}{k}"] for k in range(n)] for kind in ("tp", "fp", "fn")))
+        return {"loss": means["loss"], "acc": means["acc"], "f1": f1}
+
+    def describe(self, record):
+        return (f"train loss {record['train_loss']:.4f}, val loss {record['val_loss']:.4f} "
+                f"(acc {record['val_acc']:.3f}, macro-F1 {record['val_f1']:.3f})")

@@ -1,0 +1,99 @@
+"""`python -m pygpt.classify --ckpt runs/cls --data test.tsv`: a fine-tuned BERT classifier's
+accuracy, macro-F1 and confusion table (rows: true label, columns: predicted) on labelled data;
+or, with --text (and --text-pair), the label of one text and the probability of each label."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+
+from pygpt.checkpoint import load, load_labels
+from pygpt.config import KERNEL_SETS
+from pygpt.labelled_data import Encoded, Example, counts, macro_f1, read_labelled
+from pygpt.models import BERT
+
+
+def load_classifier(ckpt: str, kernels: str = "ext") -> tuple[BERT, object, list[str]]:
+    """(model, tokenizer, labels) of a classifier checkpoint; a ValueError for any other."""
+    model, tokenizer = load(ckpt, kernels=kernels)
+    labels = load_labels(ckpt)
+    if not isinstance(model, BERT) or labels is None:
+        raise ValueError(f"{ckpt} holds a {model.config.arch} model without a classification "
+                         "head; train one with python -m pygpt.train --task classify")
+    return model, tokenizer, labels
+
+
+@torch.inference_mode()
+def predict(model: BERT, encoded: Encoded, batch_size: int = 64) -> torch.Tensor:
+    """The class probabilities (n, num_labels) of every encoded example, in order."""
+    return torch.cat([model(**batch._replace(labels=None)._asdict()).logits.float().softmax(-1)
+                      for batch in encoded.in_order(batch_size)])
+
+
+def confusion(predicted: torch.Tensor, true: torch.Tensor, num_labels: int) -> torch.Tensor:
+    """(num_labels, num_labels) counts: row = true class, column = predicted."""
+    return torch.bincount(true * num_labels + predicted,
+                          minlength=num_labels ** 2).view(num_labels, num_labels)
+
+
+def report(predicted: torch.Tensor, true: torch.Tensor, labels: Sequence[str]) -> str:
+    """The accuracy line, the macro-F1 line and the confusion table."""
+    n = len(true)
+    correct = int((predicted == true).sum())
+    lines = [f"accuracy {correct / n:.4f} ({correct}/{n})",
+             f"macro-F1 {macro_f1(*(c.tolist() for c in counts(predicted, true, len(labels)))):.4f}",
+             "", "confusion (rows: true label, columns: predicted)"]
+    table = confusion(predicted, true, len(labels)).tolist()
+    width = max(len(str(x)) for x in [*labels, "true \\ predicted", *sum(table, [])])
+    lines.append(" ".join(s.rjust(width) for s in ["true \\ predicted", *labels]))
+    lines += [" ".join(s.rjust(width) for s in [label, *map(str, row)])
+              for label, row in zip(labels, table)]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m pygpt.classify", description=__doc__.split(":", 1)[1],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--ckpt", default="out", help="a classifier checkpoint folder (python -m "
+                                                 "pygpt.train --task classify)")
+    p.add_argument("--data", default=None, help="labelled TSV or CSV (label and text columns, "
+                                                "optionally text_pair) to score the model on")
+    p.add_argument("--text", default=None, help="one text to classify (instead of --data)")
+    p.add_argument("--text-pair", default=None, help="with --text: its second text, for a model "
+                                                     "fine-tuned on pairs")
+    p.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
+    p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
+                   help="our C++ kernels, or plain PyTorch ops")
+    args = p.parse_args(argv)
+    try:
+        if (args.data is None) == (args.text is None):
+            raise ValueError("give either --data (a labelled file) or --text")
+        if args.text_pair is not None and args.text is None:
+            raise ValueError("--text-pair goes with --text")
+        if args.batch_size < 1:
+            raise ValueError("--batch-size must be at least 1")
+        model, tokenizer, labels = load_classifier(args.ckpt, args.kernels)
+        block = model.config.block_size
+        if args.text is not None:
+            if not args.text.strip() or (args.text_pair is not None and not args.text_pair.strip()):
+                raise ValueError("--text and --text-pair must not be empty")
+            one = Example(args.text, args.text_pair, labels[0], 1)
+            probs = predict(model, Encoded([one], labels, tokenizer, block, "--text"))[0]
+        else:
+            examples = read_labelled(args.data)
+            encoded = Encoded(examples, labels, tokenizer, block, Path(args.data))
+            predicted = predict(model, encoded, args.batch_size).argmax(-1)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"error: {e}") from None
+    if args.text is not None:
+        print(labels[int(probs.argmax())])
+        for label, prob in sorted(zip(labels, probs.tolist()), key=lambda lp: -lp[1]):
+            print(f"  {label}: {prob:.4f}")
+    else:
+        print(report(predicted, encoded.labels, labels))
+
+
+if __name__ == "__main__":
+    main()
