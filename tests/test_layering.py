@@ -20,8 +20,10 @@ LAYERS = [
     ["pygpt.models"],
     ["pygpt.checkpoint"],
     ["pygpt.training"],
+    ["pygpt.onnx_graph"],
+    ["pygpt.export_bert"],
     ["pygpt.export"],
-    ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify",
+    ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",
      "pygpt"],  # command lines, and the package's pygpt.load
 ]
 MAX_LINES = 300
