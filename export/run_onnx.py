@@ -1,9 +1,14 @@
-"""Generate text from a pygpt model exported to ONNX, with onnxruntime and numpy only.
+"""Run a pygpt model exported to ONNX, with onnxruntime and numpy only: generate text (gpt),
+fill masks or classify (bert; see onnx_bert.py), by the family its runner.json names.
 
     python export/run_onnx.py --model out/onnx/ --prompt "ROMEO:" --max-new-tokens 500
+    python export/run_onnx.py --model bert/onnx/ --text "To be, or not to [MASK]" --top-k 5
+    python export/run_onnx.py --model cls/onnx/ --text "a cat" [--text-pair "a dog"]
 
-This file is the deployment side: copy it with the export folder to a machine that has
-`pip install -r export/requirements.txt` (no torch, no pygpt). It mirrors pygpt's generator:
+This folder is the deployment side: copy run_onnx.py, onnx_text.py and onnx_bert.py with the
+export folder to a machine that has `pip install -r export/requirements.txt` (no torch, no
+pygpt). Fill-mask and classify print what python -m pygpt.fill_mask / pygpt.classify --text
+print. For a gpt it mirrors pygpt's generator:
 the same KV-cache loop, the same sliding window (continue from the last half-context once the
 context is full) and the same greedy / temperature / top-k / top-p rules, so greedy text matches
 PyTorch's token for token.
@@ -11,69 +16,17 @@ PyTorch's token for token.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Iterator, Optional
 
 import numpy as np
-import onnxruntime as ort
 
-RUNNER_CONFIG = "runner.json"  # the export's config (pygpt.run_files names it; no pygpt here)
-
-
-class CharTokenizer:
-    """The character tokenizer of pygpt (tokenizer.json with kind 'char')."""
-
-    def __init__(self, chars: list[str]):
-        self.chars = chars
-        self.index = {c: i for i, c in enumerate(chars)}
-
-    def encode(self, text: str) -> list[int]:
-        missing = list(dict.fromkeys(c for c in text if c not in self.index))
-        if missing:
-            raise ValueError(f"{len(missing)} character(s) not in the model's vocabulary: "
-                             + " ".join(repr(c) for c in missing[:20]))
-        return [self.index[c] for c in text]
-
-    def decode(self, ids) -> str:
-        return "".join(self.chars[int(i)] for i in ids)
-
-
-class BPETokenizer:
-    """A byte-level BPE tokenizer.json (HF format), through the `tokenizers` library."""
-
-    def __init__(self, path: Path):
-        from tokenizers import Tokenizer  # only models with a BPE tokenizer need the library
-
-        self._tok = Tokenizer.from_file(str(path))
-
-    def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text).ids  # byte-level: every text encodes
-
-    def decode(self, ids) -> str:
-        return self._tok.decode([int(i) for i in ids])
-
-
-def load_tokenizer(path: Path, kind: str):
-    if kind == "char":
-        return CharTokenizer(json.loads(path.read_text(encoding="utf-8"))["chars"])
-    if kind == "bpe":
-        return BPETokenizer(path)
-    raise ValueError(f"{path}: unsupported tokenizer kind {kind!r}")
-
-
-def decode_stream(tokenizer, ids) -> Iterator[str]:
-    """Text pieces as they become whole (a byte-level token can end inside a character)."""
-    pending: list[int] = []
-    for i in ids:
-        pending.append(int(i))
-        text = tokenizer.decode(pending)
-        if not text.endswith("\ufffd"):
-            yield text
-            pending = []
-    if pending:
-        yield tokenizer.decode(pending)
+if str(Path(__file__).resolve().parent) not in sys.path:  # its siblings, however it is loaded
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from onnx_bert import OnnxBERT, run_bert  # noqa: E402,F401  (OnnxBERT: for callers)
+from onnx_text import (RUNNER_CONFIG, decode_stream, open_export,  # noqa: E402,F401
+                       read_config)
 
 
 class OnnxGPT:
@@ -81,22 +34,10 @@ class OnnxGPT:
 
     def __init__(self, folder: str, variant: str = "fp32", threads: Optional[int] = None):
         self.folder = Path(folder)
-        config_path = self.folder / RUNNER_CONFIG
-        if not config_path.exists():
-            raise FileNotFoundError(f"{self.folder} has no {RUNNER_CONFIG}: not a pygpt ONNX "
-                                    "export (or one made before it was named so: export again)")
-        self.config = json.loads(config_path.read_text(encoding="utf-8"))
-        if variant not in self.config["models"]:
-            raise ValueError(f"no {variant} model in {self.folder} "
-                             f"(has: {', '.join(self.config['models'])})")
-        options = ort.SessionOptions()
-        if threads is not None:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(self.folder / self.config["models"][variant]),
-                                            options, providers=["CPUExecutionProvider"])
-        self.tokenizer = load_tokenizer(self.folder / self.config["tokenizer"]["file"],
-                                        self.config["tokenizer"]["kind"])
+        self.config, self.session, self.tokenizer = open_export(self.folder, variant, threads)
+        if self.config.get("family", "gpt") != "gpt":
+            raise ValueError(f"{self.folder} holds a {self.config['family']} model, which does "
+                             "not generate")
         self.past_names = self.config["inputs"][1:]
 
     def empty_past(self, batch: int) -> list[np.ndarray]:
@@ -156,24 +97,37 @@ def stream(model: OnnxGPT, ids: np.ndarray, max_new_tokens: int, **sampling) -> 
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    p = argparse.ArgumentParser(description="Generate text from a pygpt ONNX export.")
+    p = argparse.ArgumentParser(description="Run a pygpt ONNX export: generate text (gpt), "
+                                "fill masks or classify (bert).")
     p.add_argument("--model", required=True, help="the export folder (runner.json, model.onnx)")
     p.add_argument("--int8", action="store_true", help="use the int8-quantized model")
-    p.add_argument("--prompt", default="\n")
+    p.add_argument("--prompt", default=None, help="gpt: the text to continue (default: a newline)")
+    p.add_argument("--text", default=None, help="bert: a text with [MASK]s to fill, or a text "
+                                                "to classify")
+    p.add_argument("--text-pair", default=None, help="bert classifier: the second text")
     p.add_argument("--max-new-tokens", type=int, default=500)
     p.add_argument("--greedy", action="store_true")
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-k", type=int, default=None,
+                   help="gpt: sample from the k likeliest; bert fill-mask: fills shown (5)")
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
     args = p.parse_args(argv)
+    variant = "int8" if args.int8 else "fp32"
     try:
+        family = read_config(Path(args.model))["family"]
+        if family == "bert":
+            return run_bert(args, variant)
+        if args.text is not None or args.text_pair is not None:
+            raise ValueError(f"--text is for a bert export; {args.model} holds a {family} model "
+                             "(give --prompt)")
+        args.prompt = "\n" if args.prompt is None else args.prompt
         if not args.temperature > 0:
             raise ValueError("--temperature must be > 0")
         if not args.prompt:
             raise ValueError("--prompt must not be empty")
-        model = OnnxGPT(args.model, "int8" if args.int8 else "fp32", args.threads)
+        model = OnnxGPT(args.model, variant, args.threads)
         ids = np.array([model.tokenizer.encode(args.prompt)], dtype=np.int64)
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"error: {e}") from None

@@ -13,91 +13,27 @@ bottom-right causal mask, layer norm into LayerNormalization), so the graph runs
 onnxruntime with no custom-op library. The export is checked against PyTorch before anything is
 written, and all files are written to a temporary folder first and moved into place at the end:
 a failed export leaves no half-written file.
+
+A BERT checkpoint (pretrained, or fine-tuned to classify) is exported by pygpt.export_bert:
+inputs `input_ids`, `attention_mask`, `token_type_ids` (batch, seq), output `logits`.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import logging
-import os
-import shutil
-import tempfile
-import warnings
 from pathlib import Path
 from typing import Optional, Union
 
 import torch
-from onnxscript import opset18 as op
 
 from pygpt import checkpoint
 from pygpt.decoding import window_keep
-from pygpt.models import GPT
+from pygpt.export_bert import export_bert
+from pygpt.models import BERT, GPT
 from pygpt.nn import KVCache
-from pygpt.run_files import ONNX_FP32, ONNX_INT8, RUNNER_CONFIG, TOKENIZER
+from pygpt.onnx_graph import OPSET, TRANSLATIONS, to_onnx, write_export
 
-OPSET = 18
+__all__ = ["OPSET", "TRANSLATIONS", "export", "main"]
 Past = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (keys, values)
-
-
-def _attention(q, k, v, causal: bool = True, scale: Optional[float] = None, q_lengths=None,
-               kv_lengths=None):
-    """pygpt.attention in ONNX ops: scores, the mask, softmax, and the log-sum-exp the op also
-    returns. Without lengths the mask is the bottom-right causal one (query i sees keys
-    j <= i + Tk - Tq); with lengths it is built in the graph from them, per batch row, padded
-    keys and values are zeroed and queries that see no key give zeros, as the kernels do."""
-    if scale is None:
-        scale_value = op.Reciprocal(op.Sqrt(op.CastLike(op.Shape(q, start=3, end=4), q)))
-    else:
-        scale_value = op.CastLike(op.Constant(value_float=scale), q)
-    scores = op.Mul(op.MatMul(q, op.Transpose(k, perm=[0, 1, 3, 2])), scale_value)
-    neg_inf = op.CastLike(op.Constant(value_float=float("-inf")), q)
-    tq = op.Squeeze(op.Shape(q, start=2, end=3))
-    tk = op.Squeeze(op.Shape(k, start=2, end=3))
-    zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
-    query_index = op.Range(zero, tq, one)  # (Tq,)
-    key_index = op.Range(zero, tk, one)  # (Tk,)
-    if q_lengths is None and kv_lengths is None:
-        if causal:
-            last_visible = op.Unsqueeze(op.Add(query_index, op.Sub(tk, tq)),
-                                        op.Constant(value_ints=[1]))
-            scores = op.Where(op.LessOrEqual(op.Unsqueeze(key_index, op.Constant(value_ints=[0])),
-                                             last_visible), scores, neg_inf)
-        out = op.MatMul(op.Softmax(scores, axis=-1), v)
-        return out, op.ReduceLogSumExp(scores, op.Constant(value_ints=[-1]), keepdims=0)
-    batch = op.Shape(q, start=0, end=1)
-
-    def lengths_or_full(lengths, full):  # (B, 1, 1, 1) int64
-        lengths = (op.Cast(lengths, to=7) if lengths is not None
-                   else op.Expand(op.Unsqueeze(full, op.Constant(value_ints=[0])), batch))
-        return op.Unsqueeze(lengths, op.Constant(value_ints=[1, 2, 3]))
-
-    lq, lk = lengths_or_full(q_lengths, tq), lengths_or_full(kv_lengths, tk)
-    i = op.Unsqueeze(query_index, op.Constant(value_ints=[1]))  # (Tq, 1)
-    j = op.Unsqueeze(key_index, op.Constant(value_ints=[0]))  # (1, Tk)
-    visible = op.And(op.Less(i, lq), op.Less(j, lk))  # (B, 1, Tq, Tk)
-    if causal:
-        visible = op.And(visible, op.LessOrEqual(j, op.Add(i, op.Sub(lk, lq))))
-    real_k = op.Less(op.Transpose(j, perm=[1, 0]), lk)  # (B, 1, Tk, 1)
-    v = op.Where(real_k, v, op.CastLike(op.Constant(value_float=0.0), v))
-    scores = op.Where(visible, scores, neg_inf)
-    sees_a_key = op.Cast(op.ReduceMax(op.Cast(visible, to=6), op.Constant(value_ints=[-1]),
-                                      keepdims=1), to=9)  # (B, 1, Tq, 1) bool
-    weights = op.Where(sees_a_key, op.Softmax(scores, axis=-1),
-                       op.CastLike(op.Constant(value_float=0.0), q))
-    out = op.MatMul(weights, v)
-    return out, op.ReduceLogSumExp(scores, op.Constant(value_ints=[-1]), keepdims=0)
-
-
-def _layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
-    """pygpt.layer_norm as LayerNormalization, whose three outputs match ours (mean and rstd
-    keep the normalised axis as 1 in ONNX, so it is squeezed away)."""
-    y, mean, rstd = op.LayerNormalization(x, weight, bias, axis=-1, epsilon=eps)
-    axis = op.Constant(value_ints=[-1])
-    return y, op.Squeeze(mean, axis), op.Squeeze(rstd, axis)
-
-
-TRANSLATIONS = {torch.ops.pygpt.attention.default: _attention,
-                torch.ops.pygpt.layer_norm.default: _layer_norm}
 
 
 class _CachedStep(torch.nn.Module):
@@ -139,13 +75,7 @@ def _to_onnx(model: GPT, path: Path) -> None:
     dynamic = {"input_ids": {0: batch, 1: seq},
                "past": [({0: batch, 2: past_len}, {0: batch, 2: past_len})] * cfg.n_layer}
     inputs, outputs = io_names(cfg.n_layer)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the exporter's FutureWarnings are not ours to act on
-        program = torch.onnx.export(
-            _CachedStep(model), (ids, past), None, input_names=inputs, output_names=outputs,
-            dynamic_shapes=dynamic, custom_translation_table=TRANSLATIONS, opset_version=OPSET,
-            dynamo=True, external_data=False, optimize=True, verbose=False)
-    program.save(str(path), external_data=False)
+    to_onnx(_CachedStep(model), (ids, past), path, inputs, outputs, dynamic)
 
 
 def _check_against_torch(model: GPT, path: Path, tol: float = 1e-4) -> None:
@@ -173,44 +103,24 @@ def _check_against_torch(model: GPT, path: Path, tol: float = 1e-4) -> None:
 
 def export(ckpt: Union[str, Path], out_dir: Union[str, Path],
            quantize: Optional[str] = None) -> list[Path]:
-    """Exports the checkpoint folder ckpt into out_dir; returns the files written."""
+    """Exports the checkpoint folder ckpt (a GPT, or a BERT: see pygpt.export_bert) into
+    out_dir; returns the files written."""
     if quantize not in (None, "int8"):
         raise ValueError(f"--quantize supports only int8, got {quantize!r}")
     model, tokenizer = checkpoint.load(ckpt, kernels="ext")
+    if isinstance(model, BERT):
+        return export_bert(model, tokenizer, checkpoint.load_labels(ckpt), out_dir, quantize)
     if not isinstance(model, GPT):
         raise ValueError(f"{ckpt} holds a {model.config.arch} model; the ONNX export handles "
-                         "gpt checkpoints only so far")
+                         "gpt and bert checkpoints only")
     cfg = model.config
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
-    try:
-        _to_onnx(model, staging / ONNX_FP32)
-        _check_against_torch(model, staging / ONNX_FP32)
-        models = {"fp32": ONNX_FP32}
-        if quantize == "int8":
-            from onnxruntime.quantization import QuantType, quantize_dynamic
-
-            logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice is noise here
-            quantize_dynamic(str(staging / ONNX_FP32), str(staging / ONNX_INT8),
-                             weight_type=QuantType.QInt8)
-            models["int8"] = ONNX_INT8
-        tokenizer.save(staging / TOKENIZER)
-        runner_config = {
-            "format": 1, "models": models, "tokenizer": {"kind": tokenizer.kind,
-                                                         "file": TOKENIZER},
-            "special_tokens": {}, "vocab_size": cfg.vocab_size, "block_size": cfg.block_size,
-            "window_keep": window_keep(cfg.block_size), "n_layer": cfg.n_layer,
-            "n_head": cfg.n_head, "head_dim": cfg.head_dim, "opset": OPSET,
-            "inputs": io_names(cfg.n_layer)[0], "outputs": io_names(cfg.n_layer)[1]}
-        (staging / RUNNER_CONFIG).write_text(json.dumps(runner_config, indent=2), encoding="utf-8")
-        written = []
-        for name in [*models.values(), TOKENIZER, RUNNER_CONFIG]:
-            os.replace(staging / name, out / name)
-            written.append(out / name)
-        return written
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    runner_config = {"family": "gpt", "task": "generate", "vocab_size": cfg.vocab_size,
+                     "block_size": cfg.block_size, "window_keep": window_keep(cfg.block_size),
+                     "n_layer": cfg.n_layer, "n_head": cfg.n_head, "head_dim": cfg.head_dim,
+                     "inputs": io_names(cfg.n_layer)[0], "outputs": io_names(cfg.n_layer)[1]}
+    return write_export(Path(out_dir), lambda path: _to_onnx(model, path),
+                        lambda path: _check_against_torch(model, path), quantize, tokenizer,
+                        runner_config)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -1,0 +1,135 @@
+"""pygpt's ONNX graph building, shared by the GPT and BERT exports: the translations of our custom
+ops to standard ONNX ops (attention into MatMul/Softmax with its mask built in the graph, layer
+norm into LayerNormalization), so a graph runs in stock onnxruntime with no custom-op library;
+the dynamo export call; int8 weight quantization; and writing an export folder atomically
+(every file staged in a temporary folder, moved into place only once all are written), with
+the runner.json that export/run_onnx.py reads."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+from onnxscript import opset18 as op
+
+from pygpt.run_files import ONNX_FP32, ONNX_INT8, RUNNER_CONFIG, TOKENIZER
+
+OPSET = 18
+
+
+def _attention(q, k, v, causal: bool = True, scale: Optional[float] = None, q_lengths=None,
+               kv_lengths=None):
+    """pygpt.attention in ONNX ops: scores, the mask, softmax, and the log-sum-exp the op also
+    returns. Without lengths the mask is the bottom-right causal one (query i sees keys
+    j <= i + Tk - Tq); with lengths it is built in the graph from them, per batch row, padded
+    keys and values are zeroed and queries that see no key give zeros, as the kernels do."""
+    if scale is None:
+        scale_value = op.Reciprocal(op.Sqrt(op.CastLike(op.Shape(q, start=3, end=4), q)))
+    else:
+        scale_value = op.CastLike(op.Constant(value_float=scale), q)
+    scores = op.Mul(op.MatMul(q, op.Transpose(k, perm=[0, 1, 3, 2])), scale_value)
+    neg_inf = op.CastLike(op.Constant(value_float=float("-inf")), q)
+    tq = op.Squeeze(op.Shape(q, start=2, end=3))
+    tk = op.Squeeze(op.Shape(k, start=2, end=3))
+    zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
+    query_index = op.Range(zero, tq, one)  # (Tq,)
+    key_index = op.Range(zero, tk, one)  # (Tk,)
+    if q_lengths is None and kv_lengths is None:
+        if causal:
+            last_visible = op.Unsqueeze(op.Add(query_index, op.Sub(tk, tq)),
+                                        op.Constant(value_ints=[1]))
+            scores = op.Where(op.LessOrEqual(op.Unsqueeze(key_index, op.Constant(value_ints=[0])),
+                                             last_visible), scores, neg_inf)
+        out = op.MatMul(op.Softmax(scores, axis=-1), v)
+        return out, op.ReduceLogSumExp(scores, op.Constant(value_ints=[-1]), keepdims=0)
+    batch = op.Shape(q, start=0, end=1)
+
+    def lengths_or_full(lengths, full):  # (B, 1, 1, 1) int64
+        lengths = (op.Cast(lengths, to=7) if lengths is not None
+                   else op.Expand(op.Unsqueeze(full, op.Constant(value_ints=[0])), batch))
+        return op.Unsqueeze(lengths, op.Constant(value_ints=[1, 2, 3]))
+
+    lq, lk = lengths_or_full(q_lengths, tq), lengths_or_full(kv_lengths, tk)
+    i = op.Unsqueeze(query_index, op.Constant(value_ints=[1]))  # (Tq, 1)
+    j = op.Unsqueeze(key_index, op.Constant(value_ints=[0]))  # (1, Tk)
+    visible = op.And(op.Less(i, lq), op.Less(j, lk))  # (B, 1, Tq, Tk)
+    if causal:
+        visible = op.And(visible, op.LessOrEqual(j, op.Add(i, op.Sub(lk, lq))))
+    real_k = op.Less(op.Transpose(j, perm=[1, 0]), lk)  # (B, 1, Tk, 1)
+    v = op.Where(real_k, v, op.CastLike(op.Constant(value_float=0.0), v))
+    scores = op.Where(visible, scores, neg_inf)
+    sees_a_key = op.Cast(op.ReduceMax(op.Cast(visible, to=6), op.Constant(value_ints=[-1]),
+                                      keepdims=1), to=9)  # (B, 1, Tq, 1) bool
+    weights = op.Where(sees_a_key, op.Softmax(scores, axis=-1),
+                       op.CastLike(op.Constant(value_float=0.0), q))
+    out = op.MatMul(weights, v)
+    return out, op.ReduceLogSumExp(scores, op.Constant(value_ints=[-1]), keepdims=0)
+
+
+def _layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
+    """pygpt.layer_norm as LayerNormalization, whose three outputs match ours (mean and rstd
+    keep the normalised axis as 1 in ONNX, so it is squeezed away)."""
+    y, mean, rstd = op.LayerNormalization(x, weight, bias, axis=-1, epsilon=eps)
+    axis = op.Constant(value_ints=[-1])
+    return y, op.Squeeze(mean, axis), op.Squeeze(rstd, axis)
+
+
+TRANSLATIONS = {torch.ops.pygpt.attention.default: _attention,
+                torch.ops.pygpt.layer_norm.default: _layer_norm}
+
+
+def to_onnx(module: torch.nn.Module, args: tuple, path: Path, input_names: list[str],
+            output_names: list[str], dynamic_shapes) -> None:
+    """Exports module(*args) to path as one self-contained file, our ops translated."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporter's FutureWarnings are not ours to act on
+        program = torch.onnx.export(
+            module, args, None, input_names=input_names, output_names=output_names,
+            dynamic_shapes=dynamic_shapes, custom_translation_table=TRANSLATIONS,
+            opset_version=OPSET, dynamo=True, external_data=False, optimize=True, verbose=False)
+    program.save(str(path), external_data=False)
+
+
+def quantize_int8(src: Path, dst: Path) -> None:
+    """dst: src with its weights quantized to int8 by onnxruntime's own tooling."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice is noise here
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+
+
+def write_export(out_dir: Path, build: Callable[[Path], None], check: Callable[[Path], None],
+                 quantize: Optional[str], tokenizer, runner_config: dict) -> list[Path]:
+    """Writes an export folder: build(path) writes the fp32 model, check(path) raises if it
+    disagrees with PyTorch, then the int8 model (quantize "int8"), the tokenizer, and
+    runner.json (runner_config with the files' names added). Everything is staged in a fresh
+    folder inside out_dir and moved into place at the end; if anything fails, nothing is left.
+    Returns the paths written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
+    try:
+        build(staging / ONNX_FP32)
+        check(staging / ONNX_FP32)
+        models = {"fp32": ONNX_FP32}
+        if quantize == "int8":
+            quantize_int8(staging / ONNX_FP32, staging / ONNX_INT8)
+            models["int8"] = ONNX_INT8
+        tokenizer.save(staging / TOKENIZER)
+        config = {"format": 1, "family": runner_config.pop("family"),
+                  "task": runner_config.pop("task"), "models": models,
+                  "tokenizer": {"kind": tokenizer.kind, "file": TOKENIZER},
+                  "special_tokens": tokenizer.special_tokens, "opset": OPSET, **runner_config}
+        (staging / RUNNER_CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
+        names = [*models.values(), TOKENIZER, RUNNER_CONFIG]
+        for name in names:
+            os.replace(staging / name, out / name)
+        return [out / name for name in names]
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
