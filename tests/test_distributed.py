@@ -58,3 +58,24 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(tmp_path):
     assert sorted(p.name for p in ddp.iterdir() if not p.name.startswith(".")) == sorted(
         ["config.json", "loss.png", "metrics.jsonl", "model.safetensors", "tokenizer.json",
          "train_state.pt"])
+
+
+def test_bert_pretrains_under_torchrun(tmp_path):
+    """A BERT run under two ranks: rank 0 alone trains the WordPiece tokenizer (the other rank
+    receives it), writes one metrics record per evaluation and the checkpoint. (Its losses are not
+    compared with one process: each rank averages the masked-LM loss over its own masked tokens,
+    so two ranks are not exactly one process with twice the batch.)"""
+    data = tmp_path / "text.txt"
+    data.write_text(SHIPPED_TEXT.read_text(encoding="utf-8")[:20000], encoding="utf-8")
+    out = tmp_path / "bert"
+    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+          "-m", "pygpt.train", "--arch", "bert", "--n-layer", "1", "--n-embd", "32", "--n-head",
+          "2", "--block-size", "32", "--vocab-size", "300", "--max-iters", "6",
+          "--eval-interval", "3", "--eval-iters", "2", "--batch-size", "4", "--threads", "1",
+          "--quiet", "--data", str(data), "--out", str(out)], tmp_path)
+    records = _metrics(out)
+    assert [m["step"] for m in records] == [3, 6]
+    assert all(0 <= m["val_mlm_acc"] <= 1 and m["val_loss"] > 0 for m in records)
+    weights = load_file(out / "model.safetensors")
+    assert all(torch.isfinite(t).all() for t in weights.values())
+    assert json.loads((out / "config.json").read_text())["train"]["tokenizer"] == "wordpiece"
