@@ -110,7 +110,7 @@ class MaskedLanguageModelling(_DrawnEvaluation):
                 f"(masked-LM {record['val_mlm_loss']:.4f}, acc {record['val_mlm_acc']:.3f}{nsp})")
 
 
-class Classification:
+class Classification(_DrawnEvaluation):
     """Labelled examples (their classes `labels`, sorted), batches drawn at random for training;
     an evaluation passes over the whole validation set in order, and over eval_iters random
     batches of the training set. Accuracy and macro-F1 come from per-class counts summed over
@@ -144,7 +144,7 @@ class Classification:
     def eval_batches(self, split, batch_size, generator, iters):
         if split == "val":
             return self.splits["val"].in_order(batch_size)
-        return (self.batch(split, batch_size, generator) for _ in range(iters))
+        return super().eval_batches(split, batch_size, generator, iters)
 
     def tokens(self, batch):
         return int(batch.lengths.sum())
