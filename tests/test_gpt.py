@@ -12,6 +12,7 @@ import torch
 
 from helpers import ARCHS, TINY, V, close, make_model, rand_tokens, twin
 from pygpt.config import ModelConfig, TrainConfig, preset
+from pygpt.data import LMBatch
 from pygpt.kernels import KERNELS
 from pygpt.models import GPT, GPTOutput, build
 from pygpt.nn import KVCache, LayerNorm, MultiHeadAttention
@@ -94,7 +95,8 @@ def _train_losses(kernels, cfg, tcfg, steps, data):
         starts = torch.randint(len(data) - cfg.block_size - 1, (8,), generator=gen)
         x = torch.stack([data[s:s + cfg.block_size] for s in starts])
         y = torch.stack([data[s + 1:s + 1 + cfg.block_size] for s in starts])
-        losses.append(train_step(model, optimizer, [(x, y)], lr_at(step, tcfg), tcfg.grad_clip))
+        losses.append(train_step(model, optimizer, [LMBatch(x, y)], lr_at(step, tcfg),
+                                 tcfg.grad_clip))
     return losses, model
 
 
@@ -258,7 +260,7 @@ def test_overfit_one_batch_sentence():
     y = torch.stack([data[s + 1:s + 25] for s in starts])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
     for _ in range(150):
-        train_step(model, opt, [(x, y)], lr=1e-2, grad_clip=0.0)
+        train_step(model, opt, [LMBatch(x, y)], lr=1e-2, grad_clip=0.0)
     assert model(x, y).loss.item() < 0.1
 
 

@@ -2,22 +2,21 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, ContextManager, Optional, Sequence
+from typing import Callable, ContextManager, NamedTuple, Optional, Sequence
 
 import torch
 from torch import nn
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
-               micro_batches: Sequence[tuple[torch.Tensor, ...]], lr: float, grad_clip: float, *,
+               micro_batches: Sequence[NamedTuple], lr: float, grad_clip: float, *,
                forward: Optional[Callable[..., object]] = None,
                no_sync: Optional[Callable[[bool], ContextManager]] = None) -> float:
     """Sets the learning rate, runs forward and backward over the micro-batches (gradients
     accumulate their mean loss), clips the global gradient norm to grad_clip (0: off), steps and
     clears the gradients. Returns the step's loss.
 
-    A micro-batch is a NamedTuple of the forward's keyword arguments (a task's batch) or a plain
-    tuple of its positional ones.
+    A micro-batch is a NamedTuple of the forward's keyword arguments (a task's batch).
     forward: what computes the loss, `forward(**batch).loss` (default the model; pass its
     torch.compile'd or DistributedDataParallel wrapper). no_sync(skip): a context in which
     backward does not all-reduce, entered with skip=True for all but the last micro-batch."""
@@ -28,8 +27,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
     for i, batch in enumerate(micro_batches):
         last = i == len(micro_batches) - 1
         with no_sync(not last) if no_sync is not None else contextlib.nullcontext():
-            out = forward(**batch._asdict()) if hasattr(batch, "_asdict") else forward(*batch)
-            loss = out.loss / len(micro_batches)
+            loss = forward(**batch._asdict()).loss / len(micro_batches)
             loss.backward()
         total += loss.item()
     if grad_clip > 0:
