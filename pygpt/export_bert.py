@@ -17,6 +17,7 @@ import torch
 
 from pygpt.models import BERT
 from pygpt.onnx_graph import to_onnx, write_export
+from pygpt.tokenizer import require_specials
 
 INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
 OUTPUTS = ["logits"]
@@ -82,10 +83,8 @@ def export_bert(model: BERT, tokenizer, labels: Optional[list[str]], out_dir,
                 quantize: Optional[str] = None) -> list[Path]:
     """Exports a loaded BERT (with its tokenizer, and labels for a classifier) into out_dir;
     returns the files written."""
-    missing = [name for name in ("[PAD]", "[CLS]", "[SEP]", "[MASK]")
-               if name not in tokenizer.special_tokens]
-    if missing:
-        raise ValueError(f"the checkpoint's tokenizer has no {', '.join(missing)}: not a BERT's")
+    require_specials(tokenizer.special_tokens, ("[PAD]", "[CLS]", "[SEP]", "[MASK]"),
+                     "a BERT export's runner")
     model.eval()
     cfg = model.config
     runner_config = {"family": "bert",

@@ -10,7 +10,7 @@ import torch
 from pygpt.checkpoint import load
 from pygpt.config import KERNEL_SETS
 from pygpt.models import BERT
-from pygpt.tokenizer import Tokenizer
+from pygpt.tokenizer import Tokenizer, require_specials
 
 MASK = "[MASK]"
 
@@ -21,8 +21,7 @@ def fill_mask(model: BERT, tokenizer: Tokenizer, text: str,
     """For each [MASK] in text, in order, the top_k (token, probability) pairs. The text is one
     segment, [CLS] text [SEP]; "[MASK]" written in it is the mask token."""
     specials = tokenizer.special_tokens
-    if MASK not in specials:
-        raise ValueError("the checkpoint's tokenizer has no [MASK] token (not a BERT tokenizer)")
+    require_specials(specials, ("[CLS]", "[SEP]", MASK), "fill-mask prompts")
     ids = [specials["[CLS]"], *tokenizer.encode(text, parse_specials=True), specials["[SEP]"]]
     if len(ids) > model.config.block_size:
         raise ValueError(f"the text is {len(ids)} tokens with [CLS] and [SEP]; the model takes "

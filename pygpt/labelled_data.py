@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from pygpt.mlm_data import truncate_pair
+from pygpt.tokenizer import require_specials
 
 REQUIRED_COLUMNS = ("label", "text")
 VAL_FRACTION = 0.1
@@ -170,9 +171,7 @@ class Encoded:
     def __init__(self, examples: Sequence[Example], labels: Sequence[str], tokenizer,
                  block_size: int, path: Union[str, Path] = "the data"):
         specials: Mapping[str, int] = tokenizer.special_tokens
-        missing = [name for name in ("[PAD]", "[CLS]", "[SEP]") if name not in specials]
-        if missing:
-            raise ValueError(f"the tokenizer has no {', '.join(missing)} token(s): not a BERT's")
+        require_specials(specials, ("[PAD]", "[CLS]", "[SEP]"), "classification rows")
         unknown_labels(examples, labels, path)
         pair = any(e.text_pair is not None for e in examples)
         if block_size < (5 if pair else 3):

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from pygpt.data import read_chunks
+from pygpt.tokenizer import require_specials
 
 IGNORE_INDEX = -100
 REQUIRED = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")  # the ones a batch writes
@@ -145,10 +146,7 @@ class MLMBatches:
     def __init__(self, segments: Segments, block_size: int, special_tokens: Mapping[str, int],
                  vocab_size: int, nsp: bool = True, val_fraction: float = 0.1,
                  mask_probability: float = 0.15):
-        missing = [name for name in REQUIRED if name not in special_tokens]
-        if missing:
-            raise ValueError(f"the tokenizer has no {', '.join(missing)} token(s); BERT batches "
-                             f"need {', '.join(REQUIRED)}")
+        require_specials(special_tokens, REQUIRED, "masked-LM batches")
         if any(not 0 <= i < vocab_size for i in special_tokens.values()):
             raise ValueError(f"special token ids {dict(special_tokens)} are not all in a "
                              f"vocabulary of {vocab_size}")

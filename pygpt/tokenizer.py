@@ -29,7 +29,16 @@ from pygpt.io import atomic_write_text
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
-TextOrChunks = Union[str, Iterable[str]]  # a text, or its chunks (a file read piece by piece)
+TextOrChunks = Union[str, Iterable[str]]
+
+
+def require_specials(special_tokens: dict[str, int], names: Sequence[str], need: str) -> None:
+    """A ValueError unless special_tokens has every one of names (those `need` writes)."""
+    missing = [name for name in names if name not in special_tokens]
+    if missing:
+        raise ValueError(f"the tokenizer has no {', '.join(missing)} token(s): {need} need "
+                         f"{', '.join(names)} (a BERT's tokenizer has them)")
+  # a text, or its chunks (a file read piece by piece)
 
 
 def _chunks(text: TextOrChunks) -> Iterable[str]:
