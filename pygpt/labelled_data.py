@@ -21,7 +21,7 @@ from typing import Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from pygpt.mlm_data import truncate_pair
+from pygpt.mlm_data import pad_rows, truncate_pair
 from pygpt.tokenizer import require_specials
 
 REQUIRED_COLUMNS = ("label", "text")
@@ -203,15 +203,10 @@ class Encoded:
 
     def batch(self, which: Sequence[int]) -> ClassificationBatch:
         """The rows `which`, padded to the longest."""
-        lengths = [len(self.rows[i]) for i in which]
-        input_ids = np.full((len(which), max(lengths)), self.pad, dtype=np.int64)
-        segment_ids = np.zeros_like(input_ids)
-        for b, i in enumerate(which):
-            input_ids[b, :lengths[b]] = self.rows[i]
-            segment_ids[b, self.firsts[i]:lengths[b]] = 1
-        return ClassificationBatch(torch.from_numpy(input_ids), torch.from_numpy(segment_ids),
-                                   torch.tensor(lengths, dtype=torch.int64),
-                                   self.labels[list(which)])
+        which = list(which)
+        return ClassificationBatch(*pad_rows([self.rows[i] for i in which],
+                                             [self.firsts[i] for i in which], self.pad),
+                                   self.labels[which])
 
     def draw(self, batch_size: int, generator: Optional[torch.Generator] = None,
              ) -> ClassificationBatch:

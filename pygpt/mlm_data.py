@@ -24,7 +24,8 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, Union
+from typing import (Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence,
+                    Union)
 
 import numpy as np
 import torch
@@ -34,6 +35,20 @@ from pygpt.tokenizer import require_specials
 
 IGNORE_INDEX = -100
 REQUIRED = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")  # the ones a batch writes
+
+
+def pad_rows(rows: Sequence[np.ndarray], firsts: Sequence[int],
+             pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids, segment_ids, lengths) of token rows right-padded with pad to the longest:
+    segment ids 1 from firsts[b] (where segment B starts) to the row's end, 0 elsewhere."""
+    lengths = [len(row) for row in rows]
+    input_ids = np.full((len(rows), max(lengths)), pad, dtype=np.int64)
+    segment_ids = np.zeros_like(input_ids)
+    for b, row in enumerate(rows):
+        input_ids[b, :lengths[b]] = row
+        segment_ids[b, firsts[b]:lengths[b]] = 1
+    return (torch.from_numpy(input_ids), torch.from_numpy(segment_ids),
+            torch.tensor(lengths, dtype=torch.int64))
 
 
 class MLMBatch(NamedTuple):
@@ -219,16 +234,10 @@ class MLMBatches:
             rows.append([[self.cls], a[:len_a], [self.sep], b_ids[:len_b], [self.sep]])
             firsts.append(len_a + 2)
             nsp_labels.append(int(coins[b]))
-        lengths = [sum(len(piece) for piece in row) for row in rows]
-        input_ids = np.full((batch_size, max(lengths)), self.pad, dtype=np.int64)
-        segment_ids = np.zeros_like(input_ids)
-        for b, row in enumerate(rows):
-            input_ids[b, :lengths[b]] = np.concatenate(row)
-            segment_ids[b, firsts[b]:lengths[b]] = 1
-        lengths_t = torch.tensor(lengths, dtype=torch.int64)
-        masked, labels = mask_tokens(torch.from_numpy(input_ids), lengths_t, self.special_ids,
-                                     self.vocab_size, generator, self.mask_id,
-                                     self.mask_probability)
+        input_ids, segment_ids, lengths = pad_rows([np.concatenate(row) for row in rows],
+                                                   firsts, self.pad)
+        masked, labels = mask_tokens(input_ids, lengths, self.special_ids, self.vocab_size,
+                                     generator, self.mask_id, self.mask_probability)
         nsp_t = (torch.tensor(nsp_labels, dtype=torch.int64) if self.nsp else
                  torch.full((batch_size,), IGNORE_INDEX, dtype=torch.int64))
-        return MLMBatch(masked, torch.from_numpy(segment_ids), lengths_t, labels, nsp_t)
+        return MLMBatch(masked, segment_ids, lengths, labels, nsp_t)
