@@ -10,6 +10,7 @@ from typing import Optional
 
 import numpy as np
 
+from cli_checks import utf8_text
 from onnx_text import open_export
 
 MASK = "[MASK]"
@@ -99,6 +100,9 @@ def run_bert(args, variant: str) -> None:
     try:
         if args.text is None:
             raise ValueError("a bert export takes --text (not --prompt)")
+        for flag, text in (("--text", args.text), ("--text-pair", args.text_pair)):
+            if text is not None:
+                utf8_text(text, flag)
         model = OnnxBERT(args.model, variant, args.threads)
         if model.task == "fill-mask":
             if args.text_pair is not None:
@@ -112,7 +116,7 @@ def run_bert(args, variant: str) -> None:
                 raise ValueError("--text and --text-pair must not be empty")
             pairs = None if args.text_pair is None else [args.text_pair]
             probs = model.classify([args.text], pairs)[0]
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError, ImportError) as e:
         raise SystemExit(f"error: {e}") from None
     if model.task == "fill-mask":
         for n, candidates in enumerate(fills, start=1):

@@ -20,12 +20,43 @@ RUNNER_CONFIG = "runner.json"  # the export's config (pygpt.run_files names it; 
 
 
 def read_config(folder: Path) -> dict:
-    """An export folder's runner.json; its "family" is "gpt" in exports made before BERT's."""
+    """An export folder's runner.json; its "family" is "gpt" in exports made before BERT's. A
+    ValueError names the file when it is not a JSON object with the keys the runner reads."""
     config_path = folder / RUNNER_CONFIG
     if not config_path.exists():
         raise FileNotFoundError(f"{folder} has no {RUNNER_CONFIG}: not a pygpt ONNX "
                                 "export (or one made before it was named so: export again)")
-    return {"family": "gpt", **json.loads(config_path.read_text(encoding="utf-8"))}
+    try:
+        config = {"family": "gpt", **json.loads(config_path.read_text(encoding="utf-8"))}
+        missing = [k for k in ("models", "tokenizer", "block_size") if k not in config]
+    except (ValueError, TypeError) as e:  # not UTF-8, not JSON, or JSON but no object
+        raise ValueError(f"{config_path} is damaged ({e}): export again") from None
+    if missing:
+        raise ValueError(f"{config_path} lacks {', '.join(missing)}: export again")
+    return config
+
+
+def require_file(path: Path) -> None:
+    """A FileNotFoundError naming path unless it is a file of the export."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the export folder is incomplete "
+                                "(export again)")
+
+
+def open_session(path: Path, threads: Optional[int] = None) -> ort.InferenceSession:
+    """An onnxruntime session of one model file; a missing, truncated or damaged file is a
+    one-line FileNotFoundError / ValueError naming it."""
+    require_file(path)
+    options = ort.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime's load errors (InvalidProtobuf, Fail, ...) share no base
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path} is not a model onnxruntime can load (truncated or damaged?"
+                         f" export again): {reason}") from None
 
 
 def open_export(folder: Path, variant: str = "fp32", threads: Optional[int] = None):
@@ -33,13 +64,8 @@ def open_export(folder: Path, variant: str = "fp32", threads: Optional[int] = No
     config = read_config(folder)
     if variant not in config["models"]:
         raise ValueError(f"no {variant} model in {folder} (has: {', '.join(config['models'])})")
-    options = ort.SessionOptions()
-    if threads is not None:
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(folder / config["models"][variant]), options,
-                                   providers=["CPUExecutionProvider"])
     tokenizer = load_tokenizer(folder / config["tokenizer"]["file"], config["tokenizer"]["kind"])
+    session = open_session(folder / config["models"][variant], threads)
     return config, session, tokenizer
 
 
@@ -90,9 +116,16 @@ class HFTokenizer(_Specials):
     """A byte-level BPE or WordPiece tokenizer.json (HF format), through `tokenizers`."""
 
     def __init__(self, path: Path):
-        from tokenizers import Tokenizer  # only models with a bpe/wordpiece tokenizer need it
-
-        self._tok = Tokenizer.from_file(str(path))
+        try:  # only models with a bpe/wordpiece tokenizer need it
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise ImportError(f"{path} is a bpe/wordpiece tokenizer, which the runner reads with "
+                              "HF tokenizers: pip install tokenizers") from None
+        require_file(path)
+        try:
+            self._tok = Tokenizer.from_file(str(path))
+        except Exception as e:  # tokenizers raises its own error type for a damaged file
+            raise ValueError(f"{path} is not a tokenizer tokenizers can read: {e}") from None
         self._tok.encode_special_tokens = True  # names in text are text, as in pygpt
         added = self._tok.get_added_tokens_decoder()
         self._set_specials({added[i].content: i for i in sorted(added) if added[i].special})
@@ -105,9 +138,14 @@ class HFTokenizer(_Specials):
 
 
 def load_tokenizer(path: Path, kind: str):
+    """The export's tokenizer; a missing or damaged file is a one-line error naming it."""
     if kind == "char":
-        spec = json.loads(path.read_text(encoding="utf-8"))
-        return CharTokenizer(spec["chars"], spec.get("specials", []))
+        require_file(path)
+        try:
+            spec = json.loads(path.read_text(encoding="utf-8"))
+            return CharTokenizer(spec["chars"], spec.get("specials", []))
+        except (ValueError, TypeError, KeyError) as e:
+            raise ValueError(f"{path} is damaged ({e!r}): export again") from None
     if kind in ("bpe", "wordpiece"):
         return HFTokenizer(path)
     raise ValueError(f"{path}: unsupported tokenizer kind {kind!r}")

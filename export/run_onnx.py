@@ -5,13 +5,14 @@ fill masks or classify (bert; see onnx_bert.py), by the family its runner.json n
     python export/run_onnx.py --model bert/onnx/ --text "To be, or not to [MASK]" --top-k 5
     python export/run_onnx.py --model cls/onnx/ --text "a cat" [--text-pair "a dog"]
 
-This folder is the deployment side: copy run_onnx.py, onnx_text.py and onnx_bert.py with the
-export folder to a machine that has `pip install -r export/requirements.txt` (no torch, no
+This folder is the deployment side: copy its .py files (run_onnx.py, onnx_text.py, onnx_bert.py,
+cli_checks.py) with the export folder to a machine that has `pip install -r export/requirements.txt` (no torch, no
 pygpt). Fill-mask and classify print what python -m pygpt.fill_mask / pygpt.classify --text
 print. For a gpt it mirrors pygpt's generator:
 the same KV-cache loop, the same sliding window (continue from the last half-context once the
 context is full) and the same greedy / temperature / top-k / top-p rules, so greedy text matches
-PyTorch's token for token.
+PyTorch's token for token. It refuses the sampling values pygpt.generate refuses
+(cli_checks.py), and Ctrl-C stops it with exit status 130 after the text so far.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import numpy as np
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # its siblings, however it is loaded
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cli_checks import HelpFormatter, check_sampling, exits_cleanly, utf8_text  # noqa: E402
 from onnx_bert import OnnxBERT, run_bert  # noqa: E402,F401  (OnnxBERT: for callers)
 from onnx_text import (RUNNER_CONFIG, decode_stream, open_export,  # noqa: E402,F401
                        read_config)
@@ -54,11 +56,14 @@ class OnnxGPT:
 def next_token(logits: np.ndarray, greedy: bool = False, temperature: float = 1.0,
                top_k: Optional[int] = None, top_p: Optional[float] = None,
                rng: Optional[np.random.Generator] = None) -> np.ndarray:
-    """logits (batch, vocab) -> token ids (batch,); pygpt.decoding.next_token's rules."""
+    """logits (batch, vocab) -> token ids (batch,); pygpt.decoding.next_token's rules, so any
+    positive temperature works (a tiny one approaches greedy)."""
     if greedy:
         return logits.argmax(axis=-1)
     rng = rng or np.random.default_rng()
-    z = logits.astype(np.float64) / temperature
+    z = logits.astype(np.float64)
+    with np.errstate(over="ignore"):  # to -inf, as intended, below a tiny temperature
+        z = (z - z.max(axis=-1, keepdims=True)) / temperature
     if top_k is not None and top_k < z.shape[-1]:
         kth = np.sort(z, axis=-1)[:, -top_k][:, None]
         z = np.where(z < kth, -np.inf, z)
@@ -78,67 +83,76 @@ def next_token(logits: np.ndarray, greedy: bool = False, temperature: float = 1.
 
 def stream(model: OnnxGPT, ids: np.ndarray, max_new_tokens: int, **sampling) -> Iterator[np.ndarray]:
     """Yields max_new_tokens new tokens (batch,) continuing ids (batch, T); the window slides
-    past the context length as pygpt.decoding does."""
+    past the context length as pygpt.decoding does. Only the window is held (at most the
+    context + 1 tokens), so each token costs the same however long the stream runs."""
     block, keep = model.config["block_size"], model.config["window_keep"]
-    tokens = ids
-    start = max(0, tokens.shape[1] - block)
+    window = ids[:, -block:]
     past = None
     for _ in range(max_new_tokens):
-        length = tokens.shape[1]
-        if length - start > block:
-            start, past = length - keep, None
+        if window.shape[1] > block:
+            window, past = window[:, -keep:], None
         if past is None:
-            logits, past = model.step(tokens[:, start:], model.empty_past(tokens.shape[0]))
+            logits, past = model.step(window, model.empty_past(window.shape[0]))
         else:
-            logits, past = model.step(tokens[:, -1:], past)
+            logits, past = model.step(window[:, -1:], past)
         nxt = next_token(logits[:, -1], **sampling)
-        tokens = np.concatenate([tokens, nxt[:, None]], axis=1)
+        window = np.concatenate([window, nxt[:, None]], axis=1)
         yield nxt
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    p = argparse.ArgumentParser(description="Run a pygpt ONNX export: generate text (gpt), "
-                                "fill masks or classify (bert).")
-    p.add_argument("--model", required=True, help="the export folder (runner.json, model.onnx)")
+    p = argparse.ArgumentParser(prog="python export/run_onnx.py", description=__doc__,
+                                formatter_class=HelpFormatter)
+    p.add_argument("--model", required=True,
+                   help="the export folder: runner.json, model.onnx (required)")
     p.add_argument("--int8", action="store_true", help="use the int8-quantized model")
     p.add_argument("--prompt", default=None, help="gpt: the text to continue (default: a newline)")
     p.add_argument("--text", default=None, help="bert: a text with [MASK]s to fill, or a text "
-                                                "to classify")
-    p.add_argument("--text-pair", default=None, help="bert classifier: the second text")
-    p.add_argument("--max-new-tokens", type=int, default=500)
-    p.add_argument("--greedy", action="store_true")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=None,
-                   help="gpt: sample from the k likeliest; bert fill-mask: fills shown (5)")
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+                                                "to classify (default: none)")
+    p.add_argument("--text-pair", default=None,
+                   help="bert classifier: the second text (default: none)")
+    p.add_argument("--max-new-tokens", type=int, default=500, help="gpt: tokens to generate")
+    p.add_argument("--greedy", action="store_true", help="gpt: always take the likeliest token")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="gpt: sampling temperature (finite, > 0; tiny values approach --greedy)")
+    p.add_argument("--top-k", type=int, default=None, help="gpt: sample from the k likeliest "
+                   "(default: all); bert fill-mask: fills shown (default: 5)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="gpt: nucleus sampling threshold in (0, 1] (default: off)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="gpt: seed for reproducible sampling (default: a fresh one)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="onnxruntime intra-op threads (default: onnxruntime's choice)")
     args = p.parse_args(argv)
     variant = "int8" if args.int8 else "fp32"
     try:
         family = read_config(Path(args.model))["family"]
         if family == "bert":
-            return run_bert(args, variant)
+            with exits_cleanly():
+                return run_bert(args, variant)
         if args.text is not None or args.text_pair is not None:
             raise ValueError(f"--text is for a bert export; {args.model} holds a {family} model "
                              "(give --prompt)")
         args.prompt = "\n" if args.prompt is None else args.prompt
-        if not args.temperature > 0:
-            raise ValueError("--temperature must be > 0")
+        check_sampling(args.greedy, args.temperature, args.top_k, args.top_p,
+                       args.max_new_tokens)
         if not args.prompt:
             raise ValueError("--prompt must not be empty")
+        utf8_text(args.prompt, "--prompt")
         model = OnnxGPT(args.model, variant, args.threads)
         ids = np.array([model.tokenizer.encode(args.prompt)], dtype=np.int64)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError, ImportError) as e:
         raise SystemExit(f"error: {e}") from None
     rng = np.random.default_rng(args.seed)
-    sys.stdout.write(args.prompt)
-    tokens = stream(model, ids, args.max_new_tokens, greedy=args.greedy,
-                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, rng=rng)
-    for piece in decode_stream(model.tokenizer, (int(t[0]) for t in tokens)):
-        sys.stdout.write(piece)
+    with exits_cleanly():
+        sys.stdout.write(args.prompt)
+        tokens = stream(model, ids, args.max_new_tokens, greedy=args.greedy,
+                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, rng=rng)
+        for piece in decode_stream(model.tokenizer, (int(t[0]) for t in tokens)):
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
         sys.stdout.flush()
-    sys.stdout.write("\n")
 
 
 if __name__ == "__main__":

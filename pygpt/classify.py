@@ -11,6 +11,7 @@ import torch
 
 from pygpt.checkpoint import load, load_labels
 from pygpt.config import KERNEL_SETS
+from pygpt.generate import HelpFormatter, exits_cleanly, utf8_text
 from pygpt.labelled_data import Encoded, Example, counts, macro_f1, read_labelled
 from pygpt.models import BERT
 
@@ -54,45 +55,52 @@ def report(predicted: torch.Tensor, true: torch.Tensor, labels: Sequence[str]) -
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m pygpt.classify", description=__doc__.split(":", 1)[1],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m pygpt.classify", description=__doc__,
+                                formatter_class=HelpFormatter)
     p.add_argument("--ckpt", default="out", help="a classifier checkpoint folder (python -m "
                                                  "pygpt.train --task classify)")
     p.add_argument("--data", default=None, help="labelled TSV or CSV (label and text columns, "
-                                                "optionally text_pair) to score the model on")
-    p.add_argument("--text", default=None, help="one text to classify (instead of --data)")
+                                                "optionally text_pair) to score the model on "
+                                                "(default: none; give --data or --text)")
+    p.add_argument("--text", default=None,
+                   help="one text to classify (default: none; instead of --data)")
     p.add_argument("--text-pair", default=None, help="with --text: its second text, for a model "
-                                                     "fine-tuned on pairs")
+                                                     "fine-tuned on pairs (default: none)")
     p.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
     p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
                    help="our C++ kernels, or plain PyTorch ops")
     args = p.parse_args(argv)
-    try:
-        if (args.data is None) == (args.text is None):
-            raise ValueError("give either --data (a labelled file) or --text")
-        if args.text_pair is not None and args.text is None:
-            raise ValueError("--text-pair goes with --text")
-        if args.batch_size < 1:
-            raise ValueError("--batch-size must be at least 1")
-        model, tokenizer, labels = load_classifier(args.ckpt, args.kernels)
-        block = model.config.block_size
+    with exits_cleanly():  # Ctrl-C while scoring, or `| head`: no traceback
+        try:
+            if (args.data is None) == (args.text is None):
+                raise ValueError("give either --data (a labelled file) or --text")
+            if args.text_pair is not None and args.text is None:
+                raise ValueError("--text-pair goes with --text")
+            if args.batch_size < 1:
+                raise ValueError("--batch-size must be at least 1")
+            for flag, text in (("--text", args.text), ("--text-pair", args.text_pair)):
+                if text is not None:
+                    utf8_text(text, flag)
+            model, tokenizer, labels = load_classifier(args.ckpt, args.kernels)
+            block = model.config.block_size
+            if args.text is not None:
+                if not args.text.strip() or (args.text_pair is not None
+                                             and not args.text_pair.strip()):
+                    raise ValueError("--text and --text-pair must not be empty")
+                one = Example(args.text, args.text_pair, labels[0], 1)
+                probs = predict(model, Encoded([one], labels, tokenizer, block, "--text"))[0]
+            else:
+                examples = read_labelled(args.data)
+                encoded = Encoded(examples, labels, tokenizer, block, Path(args.data))
+                predicted = predict(model, encoded, args.batch_size).argmax(-1)
+        except (ValueError, FileNotFoundError) as e:
+            raise SystemExit(f"error: {e}") from None
         if args.text is not None:
-            if not args.text.strip() or (args.text_pair is not None and not args.text_pair.strip()):
-                raise ValueError("--text and --text-pair must not be empty")
-            one = Example(args.text, args.text_pair, labels[0], 1)
-            probs = predict(model, Encoded([one], labels, tokenizer, block, "--text"))[0]
+            print(labels[int(probs.argmax())])
+            for label, prob in sorted(zip(labels, probs.tolist()), key=lambda lp: -lp[1]):
+                print(f"  {label}: {prob:.4f}")
         else:
-            examples = read_labelled(args.data)
-            encoded = Encoded(examples, labels, tokenizer, block, Path(args.data))
-            predicted = predict(model, encoded, args.batch_size).argmax(-1)
-    except (ValueError, FileNotFoundError) as e:
-        raise SystemExit(f"error: {e}") from None
-    if args.text is not None:
-        print(labels[int(probs.argmax())])
-        for label, prob in sorted(zip(labels, probs.tolist()), key=lambda lp: -lp[1]):
-            print(f"  {label}: {prob:.4f}")
-    else:
-        print(report(predicted, encoded.labels, labels))
+            print(report(predicted, encoded.labels, labels))
 
 
 if __name__ == "__main__":

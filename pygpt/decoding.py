@@ -36,9 +36,9 @@ class Sampling:
     top_p: Optional[float] = None  # keep the smallest set whose probability reaches p
 
     def __post_init__(self) -> None:
-        if not self.greedy and not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0 (for argmax decoding use greedy), "
-                             f"got {self.temperature}")
+        if not self.greedy and not 0 < self.temperature < float("inf"):
+            raise ValueError(f"temperature must be a finite number > 0 (for argmax decoding use "
+                             f"greedy), got {self.temperature}")
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
@@ -47,10 +47,13 @@ class Sampling:
 
 def next_token(logits: torch.Tensor, sampling: Sampling,
                generator: Optional[torch.Generator] = None) -> torch.Tensor:
-    """logits (B, V) -> token ids (B,)."""
+    """logits (B, V) -> token ids (B,). The scaled logits are (logits - max) / temperature in
+    float64, so every positive temperature works: the likeliest token stays at 0 and the others
+    go to -inf as the temperature goes to 0, where sampling becomes greedy (ties drawn evenly)."""
     if sampling.greedy:
         return logits.argmax(dim=-1)
-    logits = logits.float() / sampling.temperature
+    logits = logits.double()
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / sampling.temperature
     if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
         kth = torch.topk(logits, sampling.top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -81,27 +84,27 @@ def window_start(start: int, length: int, context_length: int) -> int:
 def stream(model: Decoder, idx: torch.Tensor, max_new_tokens: int, *,
            sampling: Optional[Sampling] = None, use_cache: bool = True,
            generator: Optional[torch.Generator] = None) -> Iterator[torch.Tensor]:
-    """Yields max_new_tokens new tokens (B,) continuing idx (B, T), T >= 1."""
+    """Yields max_new_tokens new tokens (B,) continuing idx (B, T), T >= 1. It holds only the
+    current window, never the whole history, so each token costs the same however long the
+    stream runs."""
     if idx.dim() != 2 or idx.shape[1] < 1:
         raise ValueError(f"idx must be (batch, time) with at least one token, got {tuple(idx.shape)}")
     sampling = sampling or Sampling()
     context = model.context_length
-    tokens = idx
-    start = max(0, tokens.shape[1] - context)
+    window = idx[:, -context:]  # only the tokens the next prediction sees: at most context + 1
     cache = None
     for _ in range(max_new_tokens):
-        length = tokens.shape[1]
-        new_start = window_start(start, length, context)
-        if new_start != start:
-            start, cache = new_start, None
+        start = window_start(0, window.shape[1], context)
+        if start:
+            window, cache = window[:, start:], None
         if not use_cache:
-            logits, _ = model.prefill(tokens[:, start:])
+            logits, _ = model.prefill(window)
         elif cache is None:
-            logits, cache = model.prefill(tokens[:, start:])
+            logits, cache = model.prefill(window)
         else:  # one position against the cache
-            logits = model.step(tokens[:, -1:], cache)
+            logits = model.step(window[:, -1:], cache)
         nxt = next_token(logits[:, -1], sampling, generator)
-        tokens = torch.cat([tokens, nxt[:, None]], dim=1)
+        window = torch.cat([window, nxt[:, None]], dim=1)
         yield nxt
 
 

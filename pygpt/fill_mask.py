@@ -9,6 +9,7 @@ import torch
 
 from pygpt.checkpoint import load
 from pygpt.config import KERNEL_SETS
+from pygpt.generate import HelpFormatter, exits_cleanly, utf8_text
 from pygpt.models import BERT
 from pygpt.tokenizer import Tokenizer, require_specials
 
@@ -37,10 +38,10 @@ def fill_mask(model: BERT, tokenizer: Tokenizer, text: str,
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m pygpt.fill_mask", description=__doc__.split(":")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m pygpt.fill_mask", description=__doc__,
+                                formatter_class=HelpFormatter)
     p.add_argument("--ckpt", default="out", help="a BERT checkpoint folder")
-    p.add_argument("--text", required=True, help=f"text with one or more {MASK}")
+    p.add_argument("--text", required=True, help=f"text with one or more {MASK} (required)")
     p.add_argument("--top-k", type=int, default=5, help="fills to show per mask")
     p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
                    help="our C++ kernels, or plain PyTorch ops")
@@ -48,6 +49,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         if args.top_k < 1:
             raise ValueError("--top-k must be at least 1")
+        utf8_text(args.text, "--text")
         model, tokenizer = load(args.ckpt, kernels=args.kernels)
         if not isinstance(model, BERT):
             raise ValueError(f"{args.ckpt} holds a {model.config.arch} model; fill-mask needs a "
@@ -55,9 +57,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         fills = fill_mask(model, tokenizer, args.text, args.top_k)
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"error: {e}") from None
-    for n, candidates in enumerate(fills, start=1):
-        shown = ", ".join(f"{token!r} {prob:.3f}" for token, prob in candidates)
-        print(f"{MASK} {n}: {shown}")
+    with exits_cleanly():
+        for n, candidates in enumerate(fills, start=1):
+            shown = ", ".join(f"{token!r} {prob:.3f}" for token, prob in candidates)
+            print(f"{MASK} {n}: {shown}")
 
 
 if __name__ == "__main__":

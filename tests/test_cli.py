@@ -2,7 +2,8 @@
 the saved run wherever its folder moved, --overwrite, refusals that name the flag) and
 `python -m pygpt.generate` (the same text as the Python API, with and without the cache;
 reproducible sampling; bad options, unknown characters and damaged checkpoints exit with one
-`error:` line and print nothing else). --help documents every flag of both."""
+`error:` line and print nothing else). --help documents every flag of both. What a user meets at
+the edges (Ctrl-C, pipes, odd values, --help's defaults) is in test_cli_edges.py."""
 
 import json
 import math

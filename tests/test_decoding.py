@@ -150,6 +150,28 @@ def test_stream_drives_any_decoder(use_cache):
         assert model.calls == [("prefill", n) for n in (1, 2, 3, 4, 5, 6, 3, 4, 5, 6, 3, 4)]
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_stream_holds_only_the_window(use_cache, monkeypatch):
+    """However long the prompt and the stream, decoding joins no token row longer than the
+    context + 1 (it once kept and re-joined the whole history every token, so a long stream
+    slowed down as it grew), and still continues the prompt's last token."""
+    model = _CountingDecoder()
+    widths = []
+    real_cat = torch.cat
+
+    def recording_cat(tensors, *args, **kwargs):
+        out = real_cat(tensors, *args, **kwargs)
+        widths.append(out.shape[-1])
+        return out
+
+    monkeypatch.setattr(torch, "cat", recording_cat)
+    idx = torch.arange(40)[None] % model.V
+    new = list(stream(model, idx, 300, sampling=Sampling(greedy=True), use_cache=use_cache))
+    monkeypatch.undo()
+    assert len(widths) == 300 and max(widths) <= model.context_length + 1
+    assert torch.equal(torch.stack(new, dim=1)[0], (39 + torch.arange(1, 301)) % model.V)
+
+
 # --- choosing the next token ------------------------------------------------------------------
 
 def _logits(B=64, V_=50, seed=5):
@@ -208,14 +230,25 @@ def test_top_k_and_top_p_support():
     torch.testing.assert_close(freq, probs[0], atol=0.05, rtol=0)
 
 
-def test_low_temperature_approaches_greedy():
+@pytest.mark.parametrize("temperature", [1e-3, 1e-30, 1e-45, 1e-320, 5e-324])
+def test_low_temperature_approaches_greedy(temperature):
+    """Any positive temperature samples, however small (1e-30 and below used to turn the
+    probabilities into NaN and crash the sampler): it becomes greedy, also with logits far from
+    0 and with top-k / top-p, and draws evenly among tied maxima."""
     logits = _logits()
-    got = next_token(logits, Sampling(temperature=1e-3), torch.Generator().manual_seed(0))
-    assert torch.equal(got, logits.argmax(-1))
+    for scale, shift in [(1, 0), (1e6, 0), (1, -1e4)]:
+        for extra in [{}, dict(top_k=5), dict(top_p=0.9)]:
+            sampling = Sampling(temperature=temperature, **extra)
+            got = next_token(logits * scale + shift, sampling, torch.Generator().manual_seed(0))
+            assert torch.equal(got, logits.argmax(-1)), (scale, shift, extra)
+    tied = torch.tensor([[2.0, 5.0, 5.0, 1.0]]).expand(400, 4)
+    draws = next_token(tied, Sampling(temperature=temperature), torch.Generator().manual_seed(0))
+    assert set(draws.tolist()) == {1, 2}
 
 
 @pytest.mark.parametrize("kwargs", [dict(temperature=0.0), dict(temperature=-1.0),
-                                    dict(temperature=float("nan")), dict(top_k=0),
+                                    dict(temperature=float("nan")),
+                                    dict(temperature=float("inf")), dict(top_k=0),
                                     dict(top_k=-3), dict(top_p=0.0), dict(top_p=1.5),
                                     dict(top_p=-0.1), dict(top_p=float("nan"))],
                          ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))

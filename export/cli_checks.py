@@ -1,0 +1,78 @@
+"""The runner's command-line rules, torch-free: the checks of its sampling flags and text
+arguments, its --help formatter, and its clean exit on Ctrl-C or a closed pipe. They mirror
+pygpt's (pygpt.decoding.Sampling, pygpt.generate's checks and exits_cleanly), which this folder
+cannot import; tests/test_runner_cli.py holds the two command lines to the same refusals."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+from typing import Iterator, Optional
+
+INTERRUPTED = 130  # exit status after Ctrl-C (128 + SIGINT), as a shell reports it
+BROKEN_PIPE = 141  # exit status when the reader of stdout went away (128 + SIGPIPE)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help with the module docstring as written and every flag's default: argparse's, unless
+    the help already says it in words (or the flag is required)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.required:
+            return text
+        return super()._get_help_string(action)
+
+
+def check_sampling(greedy: bool, temperature: float, top_k: Optional[int],
+                   top_p: Optional[float], max_new_tokens: int) -> None:
+    """A ValueError for the values pygpt.generate refuses, with its words."""
+    if max_new_tokens < 0:
+        raise ValueError("--max-new-tokens must be >= 0")
+    if not greedy and not (temperature > 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a finite number > 0 (for argmax decoding use "
+                         f"greedy), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def utf8_text(value: str, flag: str) -> str:
+    """value, or a ValueError naming flag when it holds bytes that are not UTF-8 (argv bytes
+    reach Python as lone surrogates, which no tokenizer or terminal can take)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = value[e.start].encode("utf-8", "surrogateescape")
+        raise ValueError(f"{flag} is not valid UTF-8 (byte 0x{bad.hex()} at character "
+                         f"{e.start})") from None
+    return value
+
+
+@contextlib.contextmanager
+def exits_cleanly() -> Iterator[None]:
+    """Ctrl-C ends the command with status 130 and one line on stderr, after the text already
+    written (flushed, with a final newline); a closed stdout (`... | head`) ends it quietly with
+    status 141. Neither prints a traceback."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        try:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _discard_stdout()
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(INTERRUPTED) from None
+    except BrokenPipeError:
+        _discard_stdout()
+        raise SystemExit(BROKEN_PIPE) from None
+
+
+def _discard_stdout() -> None:
+    """Points stdout at /dev/null, so the flush at interpreter exit does not fail again."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
