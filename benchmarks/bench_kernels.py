@@ -7,6 +7,9 @@ public pygpt.ops functions) and of ATen (on the GPU, SDPA picks its flash kernel
 and the ratio ours/ATen (< 1 means ours is faster), for the forward alone and for forward +
 backward. On the GPU, attention also runs at B=8 H=12 T=1024 D=64. cross_entropy runs each
 shape without label smoothing and with label_smoothing=0.1 (ATen: F.cross_entropy with the same).
+rotary has no ATen op: its baseline ("ATen" below) is the same math in plain PyTorch ops
+(pygpt.kernels.torch_rotary), on the strided queries the attention module produces; the last
+shape is a one-token decode step, where the per-call overhead is all there is.
 
 Timing: `--warmup` untimed calls, then the median over `--repeat` calls of time.perf_counter()
 around each single call (on the GPU, with torch.cuda.synchronize() before and after); calls of
@@ -180,6 +183,39 @@ def cross_entropy_case(N, V, smoothing, device, dtype):
     )
 
 
+def rotary_case(B, H, T, D, rotary_dim, device, dtype):
+    """Queries as the attention module hands them over (the strided (B, H, T, D) view of a
+    (B, T, H * D) projection) at positions after a cache of 100, against the same math in plain
+    PyTorch (pygpt.kernels.torch_rotary: gather, slice, multiply, concatenate)."""
+    from pygpt.kernels import torch_rotary
+    from pygpt.nn.rotary import rotary_tables
+
+    def heads(t):
+        return t.view(B, T, H, D).transpose(1, 2)
+
+    x = torch.randn(B, T, H * D, dtype=dtype, device=device)
+    xg = x.clone().requires_grad_()
+    cos, sin = (t.to(device, dtype) for t in rotary_tables(100 + T, rotary_dim))
+    positions = torch.arange(100, 100 + T, device=device)
+    grad = torch.randn(B, H, T, D, dtype=dtype, device=device)
+    ops = _ours()
+
+    def reset():
+        xg.grad = None
+
+    return dict(
+        op="rotary", shape=f"B={B} H={H} T={T} D={D} rotary_dim={rotary_dim}, heads view, "
+                           f"{DTYPE_NAMES[dtype]}, vs plain-PyTorch math",
+        fwd=(lambda: ops.rotary(heads(x), cos, sin, positions),
+             lambda: torch_rotary(heads(x), cos, sin, positions)),
+        fwdbwd=(lambda: ops.rotary(heads(xg), cos, sin, positions).backward(grad),
+                lambda: torch_rotary(heads(xg), cos, sin, positions).backward(grad)),
+        reset=reset,
+        check=lambda: (ops.rotary(heads(x), cos, sin, positions),
+                       torch_rotary(heads(x), cos, sin, positions)),
+    )
+
+
 CASES = {
     "attention": [(attention_case, s) for s in
                   [(12, 4, 64, 32), (12, 4, 256, 32), (8, 6, 256, 64), (1, 8, 2048, 64)]],
@@ -188,6 +224,8 @@ CASES = {
     "layer_norm": [(layer_norm_case, s) for s in [(768, 128), (16384, 384)]],
     "cross_entropy": [(cross_entropy_case, (N, V, smoothing)) for smoothing in (0.0, 0.1)
                       for N, V in [(3072, 65), (2048, 50257)]],
+    "rotary": [(rotary_case, s) for s in [(12, 4, 64, 32, 32), (8, 6, 256, 64, 64),
+                                          (8, 6, 256, 64, 32), (1, 6, 1, 64, 64)]],
 }
 CUDA_EXTRA_CASES = {"attention": [(attention_case, (8, 12, 1024, 64))]}
 

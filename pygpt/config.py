@@ -11,6 +11,10 @@ from typing import Any, Literal, Optional
 KERNEL_SETS = ("ext", "torch")
 # The model families pygpt.models.build can assemble.
 ARCHS = ("gpt", "bert")
+# The position encodings under which attention scores do not change when every position shifts
+# by the same amount (relative ones, or none at all): they add no absolute position vector to the
+# tokens, and a decoder may keep a rolling KV cache past its context length.
+RELATIVE_ENCODINGS = ("rotary", "none")
 
 
 def opt(default: Any, help: str) -> Any:
@@ -59,8 +63,13 @@ class ModelConfig:
     n_embd: int = opt(128, "embedding width")
     dropout: float = opt(0.0, "dropout on embeddings and residual branches while training")
     bias: bool = opt(True, "biases in the attention and MLP projections")
-    pos_encoding: Literal["learned", "sinusoidal"] = opt("learned", "position encoding")
-    mlp: bool = opt(True, "the block's GELU MLP")
+    pos_encoding: Literal["learned", "sinusoidal", "rotary", "none"] = opt(
+        "learned", "position encoding: learned or sinusoidal vectors added to the tokens, rotary "
+                   "(RoPE: each attention layer rotates queries and keys by position), or none")
+    rotary_dim: int = opt(0, "rotary: channels of each head that rotate (even; 0: all)")
+    rope_base: float = opt(10000.0, "rotary: the base of the rotation frequencies")
+    mlp: bool = opt(True, "the block's MLP")
+    activation: Literal["gelu", "relu"] = opt("gelu", "the MLP's nonlinearity")
     # Switches that only the `seed` preset turns off, to rebuild the tutorial model exactly.
     attn_proj: bool = opt(True, "W_O after the concatenated heads")
     residual: bool = opt(True, "residual connections around attention and MLP")
@@ -91,11 +100,22 @@ class ModelConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.type_vocab_size < 0 or self.num_labels < 0:
             raise ValueError("type_vocab_size and num_labels must not be negative")
+        if self.pos_encoding == "rotary" and (not 0 <= self.rotary_dim <= self.head_dim
+                                              or self.rotary_width % 2):
+            raise ValueError(f"rotary_dim must be even and at most the head width "
+                             f"{self.head_dim} (0: all of it), got {self.rotary_width}")
+        if not self.rope_base > 1.0:
+            raise ValueError(f"rope_base must be greater than 1, got {self.rope_base}")
 
     @property
     def head_dim(self) -> int:
         """The width of one attention head."""
         return self.n_embd // self.n_head
+
+    @property
+    def rotary_width(self) -> int:
+        """The channels of a head that rotary rotates."""
+        return self.rotary_dim or self.head_dim
 
 
 @dataclass

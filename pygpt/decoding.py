@@ -7,6 +7,12 @@ compute. When the window would pass the context length it slides: generation con
 last half-context of tokens, re-prefilled into a fresh cache. Without the cache the model re-runs
 the same window at every step, so both modes condition on exactly the same tokens and agree.
 The ONNX runner in export/ implements the same rules in numpy, without torch.
+
+A model whose `rolling_cache` is true (attention that depends on relative positions only) slides
+by one token instead: the window is always the last context_length tokens, and its cache drops
+the oldest position at each step, never re-prefilled. Without the cache the window is re-run as
+above; the two agree exactly for a one-layer model, while deeper cached layers still carry (as
+sliding-window attention does) information from tokens that have left the window.
 """
 from __future__ import annotations
 
@@ -20,6 +26,8 @@ class Decoder(Protocol):
     """What the generation loop needs of a model."""
 
     context_length: int  # the most positions one window may hold
+    # A model may also have `rolling_cache = True`: its cache keeps the last context_length
+    # positions by itself, so the window slides without a new prefill (absent means False).
 
     def prefill(self, idx: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """idx (B, T) -> logits (B, T, V) and a cache of these positions."""
@@ -73,12 +81,13 @@ def window_keep(context_length: int) -> int:
     return max(1, context_length // 2)
 
 
-def window_start(start: int, length: int, context_length: int) -> int:
+def window_start(start: int, length: int, context_length: int, rolling: bool = False) -> int:
     """The first token of the window that predicts token number `length`, given the previous
-    window's start. The window grows to context_length tokens, then restarts at the last half."""
+    window's start. The window grows to context_length tokens, then restarts at the last half
+    (rolling: slides by one token)."""
     if length - start <= context_length:
         return start
-    return length - window_keep(context_length)
+    return length - (context_length if rolling else window_keep(context_length))
 
 
 def stream(model: Decoder, idx: torch.Tensor, max_new_tokens: int, *,
@@ -93,10 +102,11 @@ def stream(model: Decoder, idx: torch.Tensor, max_new_tokens: int, *,
     context = model.context_length
     window = idx[:, -context:]  # only the tokens the next prediction sees: at most context + 1
     cache = None
+    rolling = getattr(model, "rolling_cache", False)  # the cache slides with the window
     for _ in range(max_new_tokens):
-        start = window_start(0, window.shape[1], context)
+        start = window_start(0, window.shape[1], context, rolling)
         if start:
-            window, cache = window[:, start:], None
+            window, cache = window[:, start:], cache if rolling else None
         if not use_cache:
             logits, _ = model.prefill(window)
         elif cache is None:

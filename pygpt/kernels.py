@@ -65,16 +65,29 @@ def torch_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_inde
                            label_smoothing=label_smoothing)
 
 
+def torch_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 positions: torch.Tensor) -> torch.Tensor:
+    """pygpt.ops.rotary in plain PyTorch: gather the angles of the positions, rotate the two
+    halves of the first rotary_dim channels, concatenate the rest back."""
+    half = cos.shape[-1]
+    c, s = cos[positions], sin[positions]  # (T, half), or (B, T, half)
+    if positions.dim() == 2:
+        c, s = c[:, None], s[:, None]  # the same angles for every head
+    x1, x2 = x[..., :half], x[..., half:2 * half]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s, x[..., 2 * half:]], dim=-1)
+
+
 @dataclass(frozen=True)
 class Kernels:
     attention: Callable[..., torch.Tensor]
     layer_norm: Callable[..., torch.Tensor]
     cross_entropy: Callable[..., torch.Tensor]
+    rotary: Callable[..., torch.Tensor]
 
 
 KERNELS: dict[str, Kernels] = {
-    "ext": Kernels(ops.attention, ops.layer_norm, ops.cross_entropy),
-    "torch": Kernels(torch_attention, torch_layer_norm, torch_cross_entropy),
+    "ext": Kernels(ops.attention, ops.layer_norm, ops.cross_entropy, ops.rotary),
+    "torch": Kernels(torch_attention, torch_layer_norm, torch_cross_entropy, torch_rotary),
 }
 assert tuple(KERNELS) == KERNEL_SETS, "pygpt.config.KERNEL_SETS names these kernel sets"
 

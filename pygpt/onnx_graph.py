@@ -80,8 +80,28 @@ def _layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     return y, op.Squeeze(mean, axis), op.Squeeze(rstd, axis)
 
 
+def _rotary(x, cos, sin, positions, inverse: bool = False):
+    """pygpt.rotary in plain ONNX math: the angles of the positions gathered from the tables and
+    shaped (B or 1, 1, T, half) to broadcast over the heads, the two halves of the rotated
+    channels sliced out and rotated with Mul and Add/Sub, the channels past them concatenated
+    back."""
+    half = op.Shape(cos, start=1, end=2)
+    angles_shape = op.Concat(op.Constant(value_ints=[-1, 1]), op.Shape(x, start=2, end=3), half,
+                             axis=0)
+    c = op.Reshape(op.Gather(cos, positions, axis=0), angles_shape)
+    s = op.Reshape(op.Gather(sin, positions, axis=0), angles_shape)
+    if inverse:
+        s = op.Neg(s)
+    axis, start = op.Constant(value_ints=[3]), op.Constant(value_ints=[0])
+    rotated, end = op.Add(half, half), op.Constant(value_ints=[2**62])
+    x1, x2 = op.Slice(x, start, half, axis), op.Slice(x, half, rotated, axis)
+    return op.Concat(op.Sub(op.Mul(x1, c), op.Mul(x2, s)), op.Add(op.Mul(x2, c), op.Mul(x1, s)),
+                     op.Slice(x, rotated, end, axis), axis=3)
+
+
 TRANSLATIONS = {torch.ops.pygpt.attention.default: _attention,
-                torch.ops.pygpt.layer_norm.default: _layer_norm}
+                torch.ops.pygpt.layer_norm.default: _layer_norm,
+                torch.ops.pygpt.rotary.default: _rotary}
 
 
 def to_onnx(module: torch.nn.Module, args: tuple, path: Path, input_names: list[str],

@@ -1,4 +1,4 @@
-"""pygpt's kernels as differentiable PyTorch ops: attention, layer_norm, cross_entropy.
+"""pygpt's kernels as differentiable PyTorch ops: attention, layer_norm, cross_entropy, rotary.
 
 Importing this module loads the compiled extension `pygpt._C`, which registers
 `torch.ops.pygpt.*`. Where each part lives:
@@ -24,7 +24,7 @@ import torch
 
 from pygpt import _C  # noqa: F401  (loading the library registers torch.ops.pygpt)
 
-__all__ = ["attention", "layer_norm", "cross_entropy"]
+__all__ = ["attention", "layer_norm", "cross_entropy", "rotary"]
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
@@ -61,6 +61,21 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int
     is (1 - s) * (lse - x[target]) + s * (lse - mean(x))."""
     loss, _ = torch.ops.pygpt.cross_entropy(logits, targets, ignore_index, label_smoothing)
     return loss
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+           positions: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding (RoPE) of x (B, H, T, D), half-split as in GPT-NeoX and LLaMA.
+
+    cos and sin (max_pos, rotary_dim / 2), of x's dtype, hold cos and sin of p * theta_i for
+    every position p; their width sets rotary_dim (<= D). positions, int64 (T,) or (B, T), are
+    the position ids of x's T rows (per batch row with (B, T): a KV cache offset, or padded rows).
+    Channel i < rotary_dim / 2 pairs with channel i + rotary_dim / 2 and the pair is rotated by
+    its angle; channels from rotary_dim on pass through. x may be the strided (B, H, T, D) view
+    of a (B, T, H * D) projection (contiguous channels; anything else is copied first); the
+    result is contiguous. Differentiable in x (the backward is the inverse rotation); the tables
+    are fixed and get no gradient."""
+    return torch.ops.pygpt.rotary(x, cos, sin, positions, False)
 
 
 def _stats_dtype(t: torch.Tensor) -> torch.dtype:
@@ -198,3 +213,30 @@ def _cross_entropy_backward(ctx, grad_loss, _grad_lse):
 
 torch.library.register_autograd("pygpt::cross_entropy", _cross_entropy_backward,
                                 setup_context=_cross_entropy_setup)
+
+
+# --- rotary ----------------------------------------------------------------------------------
+
+@torch.library.register_fake("pygpt::rotary")
+def _rotary_fake(x, cos, sin, positions, inverse=False):
+    _check_same_device("pygpt.rotary", x=x, cos=cos, sin=sin, positions=positions)
+    return x.new_empty(x.shape)
+
+
+def _rotary_setup(ctx, inputs, output):
+    _x, cos, sin, positions, inverse = inputs
+    ctx.save_for_backward(cos, sin, positions)
+    ctx.inverse = inverse
+
+
+def _rotary_backward(ctx, grad_y):
+    if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+        raise RuntimeError("pygpt.rotary: cos and sin are fixed tables and get no gradient; "
+                           "pass them detached")
+    cos, sin, positions = ctx.saved_tensors
+    # A rotation's gradient is the inverse rotation (which is differentiable in turn).
+    grad_x = torch.ops.pygpt.rotary(grad_y, cos, sin, positions, not ctx.inverse)
+    return grad_x, None, None, None, None
+
+
+torch.library.register_autograd("pygpt::rotary", _rotary_backward, setup_context=_rotary_setup)

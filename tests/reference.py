@@ -108,3 +108,17 @@ def cross_entropy(logits, targets, ignore_index=-100, label_smoothing=0.0):
     per_row = torch.where(valid, nll, torch.zeros_like(lse))
     loss = per_row.sum() / valid.sum().to(logits.dtype)
     return loss, lse
+
+
+def rotary(x, cos, sin, positions):
+    """Rotary embedding of x (B,H,T,D): each pair of channels (i, i + half), half = cos.shape[1],
+    multiplied by the 2x2 rotation matrix [[c, -s], [s, c]] of its row's position (positions
+    (T,) or (B,T) index the rows of cos and sin); channels from 2 * half on are copied."""
+    B, H, T, D = x.shape
+    half = cos.shape[1]
+    pos = positions.expand(B, T)
+    c, s = cos[pos][:, None], sin[pos][:, None]  # (B, 1, T, half)
+    rot = torch.stack([torch.stack([c, -s], dim=-1), torch.stack([s, c], dim=-1)], dim=-2)
+    pairs = torch.stack([x[..., :half], x[..., half:2 * half]], dim=-1)[..., None]
+    out = (rot @ pairs).squeeze(-1)  # (B, H, T, half, 2)
+    return torch.cat([out[..., 0], out[..., 1], x[..., 2 * half:]], dim=-1)

@@ -18,6 +18,11 @@ V = 30
 POST = ModelConfig(arch="bert", vocab_size=V, block_size=24, n_layer=2, n_head=2, n_embd=32,
                    norm="post", embed_norm=True, final_norm=False, num_labels=3)
 PRE = dataclasses.replace(POST, norm="pre", final_norm=True)
+# Rotary positions (half of each head rotating) with a ReLU MLP; and no positions at all.
+ROTARY = dataclasses.replace(POST, pos_encoding="rotary", rotary_dim=8, activation="relu")
+NONE = dataclasses.replace(PRE, pos_encoding="none")
+CONFIGS = dict(argnames="cfg", argvalues=[POST, PRE, ROTARY, NONE],
+               ids=["post", "pre", "rotary", "none"])
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 
@@ -42,7 +47,7 @@ def batch(seed=1, B=4, T=19):
     return ids, segments, lengths, mlm_labels
 
 
-@pytest.mark.parametrize("cfg", [POST, PRE], ids=["post", "pre"])
+@pytest.mark.parametrize(**CONFIGS)
 def test_ext_matches_torch(cfg):
     ext = make(cfg)
     ref = twin(ext, "torch")
@@ -61,7 +66,7 @@ def test_ext_matches_torch(cfg):
 
 
 @pytest.mark.parametrize("kernels", ["ext", "torch"])
-@pytest.mark.parametrize("cfg", [POST, PRE], ids=["post", "pre"])
+@pytest.mark.parametrize(**CONFIGS)
 def test_a_sentence_alone_equals_it_in_a_padded_batch(cfg, kernels):
     """Padding invariance: each row's hidden states, pooled heads and masked-LM logits equal those
     of the row run alone at its own length, whatever the padding holds."""

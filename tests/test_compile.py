@@ -88,6 +88,14 @@ def test_explain_reports_no_graph_breaks():
         assert any(name in op for op in ops), (name, ops)
 
 
+def test_rotary_model_has_no_graph_breaks():
+    """Rotary positions (the tables' bounds check on Python ints) trace into the one graph."""
+    model = GPT(dataclasses.replace(CFG, pos_encoding="rotary"), kernels="ext").train()
+    explained = torch._dynamo.explain(model)(*batch(0))
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+    assert any("pygpt.rotary" in str(op) for op in explained.ops_per_graph[0])
+
+
 @needs_inductor
 def test_compiled_fullgraph_forward_backward_matches_eager():
     torch.manual_seed(0)
@@ -163,6 +171,10 @@ def _case_args(case):
         _, mean, rstd = torch.ops.pygpt.layer_norm(x, w, b, 1e-5)
         return torch.ops.pygpt.layer_norm_backward.default, (torch.randn_like(x), x, w, mean,
                                                              rstd, True, True)
+    if case == "rotary":
+        q, _, _ = _strided_qkv()
+        return torch.ops.pygpt.rotary.default, (q, torch.randn(12, 3), torch.randn(12, 3),
+                                                torch.randint(0, 12, (8,)), False)
     logits = torch.randn(12, 20)[:, :13]  # a column slice: strided rows
     targets = torch.randint(0, 13, (12,))
     if case == "cross_entropy":
@@ -173,7 +185,8 @@ def _case_args(case):
 
 
 @pytest.mark.parametrize("case", ["attention", "attention_backward", "layer_norm",
-                                  "layer_norm_backward", "cross_entropy", "cross_entropy_backward"])
+                                  "layer_norm_backward", "cross_entropy", "cross_entropy_backward",
+                                  "rotary"])
 def test_fakes_match_kernel_strides(case):
     """What torch.compile relies on: each op's fake (meta) implementation describes the real
     outputs exactly, strides included, for the strided inputs a model passes (opcheck's

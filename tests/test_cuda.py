@@ -9,6 +9,7 @@ import torch
 import pygpt.ops as ops
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.models import GPT
+from pygpt.nn.rotary import rotary_tables
 from pygpt.training import make_optimizer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -96,6 +97,30 @@ def test_cross_entropy_matches_cpu(N, V, ignored, dtype, smoothing):
     _close(logits_c.grad, logits.grad, dtype, "grad_logits")
 
 
+# (B, H, T, D, rotary_dim)
+ROTARY_SHAPES = [(1, 1, 1, 2, 2), (2, 3, 7, 10, 4), (3, 2, 9, 15, 10), (2, 4, 257, 128, 64),
+                 (1, 2, 33, 64, 0)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("per_row", [False, True])
+@pytest.mark.parametrize("shape", ROTARY_SHAPES, ids=str)
+def test_rotary_matches_cpu(shape, per_row, dtype):
+    B, H, T, D, rd = shape
+    tables = [t.to(dtype) for t in rotary_tables(300, rd)]
+    (x,), (xc,) = _pair((B, T, H * D), dtype=dtype)  # the heads view of a projection
+    view = lambda t: t.view(B, T, H, D).transpose(1, 2)  # noqa: E731
+    positions = torch.randint(0, 300, (B, T) if per_row else (T,))
+    y = ops.rotary(view(x), *(t.float() for t in tables), positions)
+    y_c = ops.rotary(view(xc), *(t.cuda() for t in tables), positions.cuda())
+    assert y_c.dtype == dtype and y_c.is_contiguous()
+    _close(y_c, y, dtype, "y")
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    y_c.backward(grad.to(dtype).cuda())
+    _close(xc.grad, x.grad, dtype, "dx")
+
+
 def test_bad_input_on_cuda():
     q = torch.randn(1, 1, 4, 8, device="cuda")
     with pytest.raises(RuntimeError, match="q must be float32 or bfloat16 on CUDA"):
@@ -124,6 +149,9 @@ def test_opcheck_on_cuda(dtype):
                           (t(6, 11), torch.randint(11, (6,), device="cuda"), -100))
     torch.library.opcheck(torch.ops.pygpt.cross_entropy.default,
                           (t(6, 11), torch.randint(11, (6,), device="cuda"), -100, 0.1))
+    cos, sin = (c.to(dtype).cuda() for c in rotary_tables(20, 6))
+    torch.library.opcheck(torch.ops.pygpt.rotary.default,
+                          (t(2, 3, 5, 8), cos, sin, torch.randint(20, (2, 5), device="cuda")))
 
 
 def test_training_on_gpu_follows_cpu():

@@ -303,7 +303,7 @@ def test_dropout_model_eval_is_deterministic():
 
 @pytest.mark.parametrize("kwargs, word", [
     (dict(n_embd=30, n_head=4), "divisible"),
-    (dict(pos_encoding="rotary"), "pos_encoding"),
+    (dict(pos_encoding="xpos"), "pos_encoding"),
     (dict(n_layer=0), "n_layer"),
     (dict(vocab_size=0), "vocab_size"),
     (dict(dropout=1.0), "dropout"),

@@ -1,13 +1,13 @@
 """The op-boundary contract, checked the same way for every pygpt op.
 
-Every op (attention, layer_norm, cross_entropy) rejects bad input at its boundary -- wrong dtype,
+Every op (attention, layer_norm, cross_entropy, rotary) rejects bad input at its boundary -- wrong dtype,
 rank or size, an out-of-range value, a tensor on another device -- with an error whose message
 names the offending argument and says what was expected. This holds through the public wrapper
 (`pygpt.ops.*`) and the raw op (`torch.ops.pygpt.*`); the device check is also run on the CPU
 kernel directly, since through the dispatcher a meta tensor is routed to the fake implementation
 instead.
 
-Each op is one `Contract` (ATTENTION, LAYER_NORM, CROSS_ENTROPY): the names of its tensor
+Each op is one `Contract` (ATTENTION, LAYER_NORM, CROSS_ENTROPY, ROTARY): the names of its tensor
 arguments, the raw op's other arguments (the public wrapper's defaults), valid inputs, its
 bad-input cases and the argument moved off the CPU for the bad-device case. `test_bad_input` and
 `test_bad_device` run over all of them. Op-specific checks that do not fit the table stay in the op's own test file (e.g.
@@ -191,7 +191,43 @@ CROSS_ENTROPY = Contract("cross_entropy", ("logits", "targets"),
                          good=_cross_entropy_good, bad=_cross_entropy_bad(), off_device="targets")
 
 
-CONTRACTS = {c.key: c for c in (ATTENTION, ATTENTION_LENGTHS, LAYER_NORM, CROSS_ENTROPY)}
+# --- rotary: x (B,H,T,D), cos and sin (max_pos, half) with 2 * half <= D, positions int64 ----
+
+
+def _rotary_good():
+    B, H, T, D, half, max_pos = 2, 3, 5, 8, 3, 12
+    positions = torch.randint(0, max_pos, (B, T))
+    return rand(B, H, T, D), rand(max_pos, half), rand(max_pos, half), positions
+
+
+def _rotary_bad():
+    x, c, s, p = _rotary_good()
+    what_positions_dtype = WHAT_DTYPE + "|int64"
+    return {
+        "x_float16": Bad((x.half(), c.half(), s.half(), p), "x", WHAT_DTYPE),
+        "x_int": Bad((x.long(), c, s, p), "x", WHAT_DTYPE),
+        "x_rank3": Bad((x[0], c, s, p[0]), "x", WHAT_RANK),
+        "cos_float64": Bad((x, c.double(), s, p), "cos", WHAT_DTYPE),
+        "sin_float64": Bad((x, c, s.double(), p), "sin", WHAT_DTYPE),
+        "cos_rank1": Bad((x, c[0], s[0], p), "cos", WHAT_RANK),
+        "sin_shape": Bad((x, c, s[:, :2], p), "sin", WHAT_SIZE),
+        "cos_too_wide": Bad((x, rand(12, 5), rand(12, 5), p), "cos", WHAT_SIZE),
+        "positions_int32": Bad((x, c, s, p.int()), "positions", what_positions_dtype),
+        "positions_float": Bad((x, c, s, p.float()), "positions", what_positions_dtype),
+        "positions_rank3": Bad((x, c, s, p[None]), "positions", WHAT_RANK),
+        "positions_T": Bad((x, c, s, p[:, :4]), "positions", WHAT_SIZE),
+        "positions_B": Bad((x, c, s, p[:1]), "positions", WHAT_SIZE),
+        "positions_negative": Bad((x, c, s, p - 20), "positions", WHAT_RANGE),
+        "positions_past_table": Bad((x, c, s, torch.where(torch.arange(5) == 4, 12, p)),
+                                    "positions", WHAT_RANGE),  # the table has rows 0 .. 11
+    }
+
+
+ROTARY = Contract("rotary", ("x", "cos", "sin", "positions"), options=(False,),  # inverse
+                  good=_rotary_good, bad=_rotary_bad(), off_device="positions")
+
+
+CONTRACTS = {c.key: c for c in (ATTENTION, ATTENTION_LENGTHS, LAYER_NORM, CROSS_ENTROPY, ROTARY)}
 
 BAD_CASES = [pytest.param(op, case, id=f"{op}-{case}")
              for op, contract in CONTRACTS.items() for case in contract.bad]

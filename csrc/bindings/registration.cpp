@@ -28,4 +28,8 @@ TORCH_LIBRARY(pygpt, m) {
         " float label_smoothing=0.0) -> (Tensor, Tensor)");
   m.def("cross_entropy_backward(Tensor grad_loss, Tensor logits, Tensor targets, Tensor lse,"
         " int ignore_index, float label_smoothing=0.0) -> Tensor");
+  // Rotary position embedding of x (B, H, T, D) by the angles in the rows `positions` of the
+  // cos / sin tables (max_pos, rotary_dim / 2); inverse rotates back (its own backward).
+  m.def("rotary(Tensor x, Tensor cos, Tensor sin, Tensor positions, bool inverse=False)"
+        " -> Tensor");
 }

@@ -1,10 +1,12 @@
-"""The GPT: embeddings (token + learned or sinusoidal positions), a stack of causal transformer
-blocks, a final layer norm and the LM head, GPT-2 initialised. Attention, every layer norm and
-the loss run on the model's kernel set: ours (`ext`, default) or plain PyTorch (`torch`), the
-reference path that must agree with ours.
+"""The GPT: embeddings (token + learned or sinusoidal positions, or none: rotary positions act in
+attention), a stack of causal transformer blocks, a final layer norm and the LM head, GPT-2
+initialised. Attention, every layer norm and the loss run on the model's kernel set: ours
+(`ext`, default) or plain PyTorch (`torch`), the reference path that must agree with ours.
 
 Decoding contract (pygpt.decoding.Decoder): `prefill(idx)` runs a window and returns its logits
 and a KVCache; `step(idx, cache)` runs the next positions against the cache and extends it.
+With rotary or no positions the cache rolls (`rolling_cache`): it keeps the last block_size
+positions, so decoding goes on past the context without re-prefilling.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import nn
 
-from pygpt.config import ModelConfig
+from pygpt.config import RELATIVE_ENCODINGS, ModelConfig
 from pygpt.decoding import Generates
 from pygpt.kernels import KernelModule
 from pygpt.models.blocks import transformer_block
@@ -51,19 +53,25 @@ class GPT(KernelModule, Generates):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    @property
+    def rolling_cache(self) -> bool:
+        """Whether the cache keeps the last context_length positions, dropping the oldest, when
+        decoding passes the context (valid only when attention depends on relative positions)."""
+        return self.config.pos_encoding in RELATIVE_ENCODINGS
+
     def new_cache(self) -> KVCache:
-        return KVCache(len(self.blocks))
+        return KVCache(len(self.blocks), window=self.context_length if self.rolling_cache else None)
 
     def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,
                 cache: Optional[KVCache] = None) -> GPTOutput:
-        """idx (B, T) token ids at positions cache.length .. cache.length + T - 1 (from 0
+        """idx (B, T) token ids at positions cache.position .. cache.position + T - 1 (from 0
         without a cache). Returns logits for every position and the loss against targets (B, T)
         if given. A cache is extended by these T positions."""
         if idx.dim() != 2:
             raise ValueError(f"idx must be (batch, time), got shape {tuple(idx.shape)}")
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"the cache has {len(cache)} layers, the model {len(self.blocks)}")
-        x = self.embed(idx, start=cache.length if cache is not None else 0)
+        x = self.embed(idx, start=cache.position if cache is not None else 0)
         for i, block in enumerate(self.blocks):
             x = block(x, cache[i] if cache is not None else None)
         if self.final_norm is not None:

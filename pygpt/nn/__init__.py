@@ -9,6 +9,8 @@ from pygpt.nn.kv_cache import KVCache, LayerKV
 from pygpt.nn.layer_norm import LayerNorm
 from pygpt.nn.mlp import MLP
 from pygpt.nn.position import LearnedPositions, SinusoidalPositions, position_encoding
+from pygpt.nn.rotary import Rotary
 
 __all__ = ["Block", "Embeddings", "KVCache", "LayerKV", "LayerNorm", "LearnedPositions", "MLP",
-           "MultiHeadAttention", "SinusoidalPositions", "gpt2_init", "position_encoding"]
+           "MultiHeadAttention", "Rotary", "SinusoidalPositions", "gpt2_init",
+           "position_encoding"]

@@ -1,6 +1,7 @@
 """Multi-head attention: self-attention (keys and values from the same sequence) or
 cross-attention (from a `context`, such as an encoder's output), causal or not, with separate
-W_Q, W_K, W_V and an optional output projection W_O. The attention itself is the kernel set's."""
+W_Q, W_K, W_V and an optional output projection W_O, and, with rotary positions, self-attention's
+queries and keys rotated by position. The attention itself is the kernel set's."""
 from __future__ import annotations
 
 from typing import Optional
@@ -10,15 +11,17 @@ from torch import nn
 
 from pygpt.kernels import KernelModule
 from pygpt.nn.kv_cache import LayerKV
+from pygpt.nn.rotary import Rotary
 
 
 class MultiHeadAttention(KernelModule):
     def __init__(self, dim: int, n_head: int, head_dim: int, *, causal: bool = True,
                  bias: bool = True, out_proj: bool = True, dropout: float = 0.0,
-                 context_dim: Optional[int] = None):
+                 context_dim: Optional[int] = None, rotary: Optional[Rotary] = None):
         """dim: the width of the input (and of the output); context_dim: the width of the
         context keys and values come from in cross-attention (default dim). Without out_proj the
-        heads' concatenation is the output, so n_head * head_dim must equal dim."""
+        heads' concatenation is the output, so n_head * head_dim must equal dim. rotary: rotates
+        self-attention's queries and keys by their positions (never cross-attention's)."""
         super().__init__()
         inner = n_head * head_dim
         if not out_proj and inner != dim:
@@ -30,6 +33,7 @@ class MultiHeadAttention(KernelModule):
         self.v = nn.Linear(context_dim or dim, inner, bias=bias)
         self.proj = nn.Linear(inner, dim, bias=bias) if out_proj else None  # into the residual
         self.dropout = nn.Dropout(dropout)
+        self.rotary = rotary
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         """(B, T, H * D) -> (B, H, T, D), a strided view."""
@@ -58,6 +62,8 @@ class MultiHeadAttention(KernelModule):
         else:
             source = x if context is None else context
             k, v = self._heads(self.k(source)), self._heads(self.v(source))
+            if self.rotary is not None and context is None:  # at the positions after the cache
+                q, k = self.rotary(q, k, cache.position if cache is not None else 0)
             if cache is not None:
                 k, v = cache.append(k, v)
         kv_lengths = lengths if context is None else context_lengths

@@ -1,6 +1,7 @@
 """The input layer: token embedding plus the position encoding (plus, for BERT, a segment
 embedding telling sentence A from sentence B), then optionally a layer norm (the `seed` preset's
-model and BERT normalise right after embedding), then dropout."""
+model and BERT normalise right after embedding), then dropout. The encodings that act inside
+attention instead (pygpt.config.RELATIVE_ENCODINGS) add nothing here."""
 from __future__ import annotations
 
 from typing import Optional
@@ -8,6 +9,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from pygpt.config import RELATIVE_ENCODINGS
 from pygpt.kernels import KernelModule
 from pygpt.nn.layer_norm import LayerNorm
 from pygpt.nn.position import position_encoding
@@ -20,7 +22,8 @@ class Embeddings(KernelModule):
         super().__init__()
         self.max_positions = max_positions
         self.tok = nn.Embedding(vocab_size, dim)
-        self.pos = position_encoding(position, max_positions, dim)
+        self.pos = (None if position in RELATIVE_ENCODINGS
+                    else position_encoding(position, max_positions, dim))
         self.seg = nn.Embedding(segments, dim) if segments else None
         self.drop = nn.Dropout(dropout)
         self.norm = LayerNorm(dim) if norm else None
@@ -30,10 +33,12 @@ class Embeddings(KernelModule):
         """idx (B, T) token ids at positions start .. start + T - 1, and with segment
         embeddings their segment ids (B, T) (default all 0) -> (B, T, dim)."""
         T = idx.shape[1]
-        if start + T > self.max_positions:
-            raise ValueError(f"{start + T} positions exceed the context length "
-                             f"{self.max_positions}; slide the window")
-        x = self.tok(idx) + self.pos(torch.arange(start, start + T, device=idx.device))
+        x = self.tok(idx)
+        if self.pos is not None:
+            if start + T > self.max_positions:
+                raise ValueError(f"{start + T} positions exceed the context length "
+                                 f"{self.max_positions}; slide the window")
+            x = x + self.pos(torch.arange(start, start + T, device=idx.device))
         if self.seg is not None:
             x = x + self.seg(segment_ids if segment_ids is not None else torch.zeros_like(idx))
         elif segment_ids is not None:
