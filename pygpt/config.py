@@ -10,7 +10,7 @@ from typing import Any, Literal, Optional
 # The kernel sets a model can run on (see pygpt.kernels): ours, and the plain-PyTorch reference.
 KERNEL_SETS = ("ext", "torch")
 # The model families pygpt.models.build can assemble.
-ARCHS = ("gpt", "bert")
+ARCHS = ("gpt", "bert", "seq2seq")
 
 
 def opt(default: Any, help: str) -> Any:
@@ -48,8 +48,9 @@ def check_field_types(cfg: Any) -> None:
 class ModelConfig:
     """What a checkpoint's weights mean; saved in config.json beside them."""
 
-    arch: Literal[ARCHS] = opt("gpt", "model family: gpt (decoder-only, next-token) or bert "
-                                      "(encoder-only, masked-LM; its default preset is bert-baby)")
+    arch: Literal[ARCHS] = opt("gpt", "model family: gpt (decoder-only, next-token), bert "
+                                      "(encoder-only, masked-LM; its default preset is bert-baby) "
+                                      "or seq2seq (encoder-decoder translator)")
     vocab_size: int = opt(65, "tokens in the vocabulary: with --tokenizer bpe or wordpiece the "
                               "size to train (default 1024); a char tokenizer sets it from the "
                               "text")
@@ -79,6 +80,12 @@ class ModelConfig:
                           "masked-LM only, as RoBERTa)")
     num_labels: int = opt(0, "bert: classes of the classification head (0: none; fine-tuning "
                              "sets it from the labels)")
+    # seq2seq only.
+    n_dec_layer: int = opt(0, "seq2seq: decoder blocks (0: as many as --n-layer, the encoder's)")
+    qk_dim: int = opt(0, "seq2seq: width of one head's queries and keys (0: n_embd / n_head)")
+    v_dim: int = opt(0, "seq2seq: width of one head's values (0: n_embd / n_head)")
+    label_smoothing: float = opt(0.0, "seq2seq: label smoothing of the training loss (the "
+                                      "Transformer paper's is 0.1)")
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -91,11 +98,37 @@ class ModelConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.type_vocab_size < 0 or self.num_labels < 0:
             raise ValueError("type_vocab_size and num_labels must not be negative")
+        for name in ("n_dec_layer", "qk_dim", "v_dim"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative (0: the default), got "
+                                 f"{getattr(self, name)}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        seq2seq_only = [name for name in ("n_dec_layer", "qk_dim", "v_dim", "label_smoothing")
+                        if getattr(self, name) and self.arch != "seq2seq"]
+        if seq2seq_only:
+            raise ValueError(f"{', '.join(seq2seq_only)} apply to arch seq2seq only, not "
+                             f"{self.arch}")
 
     @property
     def head_dim(self) -> int:
         """The width of one attention head."""
         return self.n_embd // self.n_head
+
+    @property
+    def qk_head_dim(self) -> int:
+        """The width of one head's queries and keys (seq2seq's qk_dim, else head_dim)."""
+        return self.qk_dim or self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        """The width of one head's values (seq2seq's v_dim, else head_dim)."""
+        return self.v_dim or self.head_dim
+
+    @property
+    def decoder_layers(self) -> int:
+        """seq2seq: the decoder's blocks (n_dec_layer, else n_layer)."""
+        return self.n_dec_layer or self.n_layer
 
 
 @dataclass
