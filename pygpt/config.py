@@ -10,7 +10,7 @@ from typing import Any, Literal, Optional
 # The kernel sets a model can run on (see pygpt.kernels): ours, and the plain-PyTorch reference.
 KERNEL_SETS = ("ext", "torch")
 # The model families pygpt.models.build can assemble.
-ARCHS = ("gpt", "bert")
+ARCHS = ("gpt", "bert", "seq2seq")
 # The position encodings under which attention scores do not change when every position shifts
 # by the same amount (relative ones, or none at all): they add no absolute position vector to the
 # tokens, and a decoder may keep a rolling KV cache past its context length.
@@ -52,8 +52,9 @@ def check_field_types(cfg: Any) -> None:
 class ModelConfig:
     """What a checkpoint's weights mean; saved in config.json beside them."""
 
-    arch: Literal[ARCHS] = opt("gpt", "model family: gpt (decoder-only, next-token) or bert "
-                                      "(encoder-only, masked-LM; its default preset is bert-baby)")
+    arch: Literal[ARCHS] = opt("gpt", "model family: gpt (decoder-only, next-token), bert "
+                                      "(encoder-only, masked-LM; its default preset is bert-baby) "
+                                      "or seq2seq (encoder-decoder translator)")
     vocab_size: int = opt(65, "tokens in the vocabulary: with --tokenizer bpe or wordpiece the "
                               "size to train (default 1024); a char tokenizer sets it from the "
                               "text")
@@ -88,6 +89,12 @@ class ModelConfig:
                           "masked-LM only, as RoBERTa)")
     num_labels: int = opt(0, "bert: classes of the classification head (0: none; fine-tuning "
                              "sets it from the labels)")
+    # seq2seq only.
+    n_dec_layer: int = opt(0, "seq2seq: decoder blocks (0: as many as --n-layer, the encoder's)")
+    qk_dim: int = opt(0, "seq2seq: width of one head's queries and keys (0: n_embd / n_head)")
+    v_dim: int = opt(0, "seq2seq: width of one head's values (0: n_embd / n_head)")
+    label_smoothing: float = opt(0.0, "seq2seq: label smoothing of the training loss (the "
+                                      "Transformer paper's is 0.1)")
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -100,12 +107,23 @@ class ModelConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.type_vocab_size < 0 or self.num_labels < 0:
             raise ValueError("type_vocab_size and num_labels must not be negative")
-        if self.pos_encoding == "rotary" and (not 0 <= self.rotary_dim <= self.head_dim
+        if self.pos_encoding == "rotary" and (not 0 <= self.rotary_dim <= self.qk_head_dim
                                               or self.rotary_width % 2):
-            raise ValueError(f"rotary_dim must be even and at most the head width "
-                             f"{self.head_dim} (0: all of it), got {self.rotary_width}")
+            raise ValueError(f"rotary_dim must be even and at most the query/key head width "
+                             f"{self.qk_head_dim} (0: all of it), got {self.rotary_width}")
         if not self.rope_base > 1.0:
             raise ValueError(f"rope_base must be greater than 1, got {self.rope_base}")
+        for name in ("n_dec_layer", "qk_dim", "v_dim"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative (0: the default), got "
+                                 f"{getattr(self, name)}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        seq2seq_only = [name for name in ("n_dec_layer", "qk_dim", "v_dim", "label_smoothing")
+                        if getattr(self, name) and self.arch != "seq2seq"]
+        if seq2seq_only:
+            raise ValueError(f"{', '.join(seq2seq_only)} apply to arch seq2seq only, not "
+                             f"{self.arch}")
 
     @property
     def head_dim(self) -> int:
@@ -114,8 +132,21 @@ class ModelConfig:
 
     @property
     def rotary_width(self) -> int:
-        """The channels of a head that rotary rotates."""
-        return self.rotary_dim or self.head_dim
+        """The channels of a head's queries and keys that rotary rotates."""
+        return self.rotary_dim or self.qk_head_dim
+    def qk_head_dim(self) -> int:
+        """The width of one head's queries and keys (seq2seq's qk_dim, else head_dim)."""
+        return self.qk_dim or self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        """The width of one head's values (seq2seq's v_dim, else head_dim)."""
+        return self.v_dim or self.head_dim
+
+    @property
+    def decoder_layers(self) -> int:
+        """seq2seq: the decoder's blocks (n_dec_layer, else n_layer)."""
+        return self.n_dec_layer or self.n_layer
 
 
 @dataclass

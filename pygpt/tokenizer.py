@@ -9,7 +9,8 @@
 
 Special tokens (SPECIAL_TOKENS, for the BERT family): a wordpiece tokenizer always has them, at
 ids 0..4; char (`from_text(..., specials=True)`, ids after the characters, which keep theirs) and
-bpe (`train(..., specials=True)`, ids 0..4 before the bytes) have them on request.
+bpe (`train(..., specials=True)`, ids 0..4 before the bytes) have them, or other names given
+instead of True (SEQ2SEQ_SPECIALS, [PAD] [UNK] [BOS] [EOS], for a translator), on request.
 `tokenizer.special_tokens` maps name -> id, empty without them. The same rules for every kind:
 - `encode(text)` never gives a special id: a text containing "[MASK]" is encoded as those
   characters (HF's library matches the names in text by default; here it is switched off).
@@ -28,17 +29,26 @@ from typing import Iterable, Iterator, Sequence, Union
 from pygpt.io import atomic_write_text
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# A translator's joint source/target vocabulary: padding, and the target's start and end.
+SEQ2SEQ_SPECIALS = ("[PAD]", "[UNK]", "[BOS]", "[EOS]")
+Specials = Union[bool, Sequence[str]]  # True: SPECIAL_TOKENS; False: none; or the names
+TextOrChunks = Union[str, Iterable[str]]  # a text, or its chunks (a file read piece by piece)
 
-TextOrChunks = Union[str, Iterable[str]]
+
+def special_names(specials: Specials) -> tuple[str, ...]:
+    """The special token names a `specials` argument asks for."""
+    if isinstance(specials, bool):
+        return SPECIAL_TOKENS if specials else ()
+    return tuple(specials)
 
 
 def require_specials(special_tokens: dict[str, int], names: Sequence[str], need: str) -> None:
     """A ValueError unless special_tokens has every one of names (those `need` writes)."""
     missing = [name for name in names if name not in special_tokens]
     if missing:
+        has = "a BERT's" if set(names) <= set(SPECIAL_TOKENS) else "a translator's"
         raise ValueError(f"the tokenizer has no {', '.join(missing)} token(s): {need} need "
-                         f"{', '.join(names)} (a BERT's tokenizer has them)")
-  # a text, or its chunks (a file read piece by piece)
+                         f"{', '.join(names)} ({has} tokenizer has them)")
 
 
 def _chunks(text: TextOrChunks) -> Iterable[str]:
@@ -89,15 +99,16 @@ class CharTokenizer(_Base):
         self._set_specials({s: len(self.chars) + i for i, s in enumerate(specials)})
 
     @classmethod
-    def from_text(cls, text: TextOrChunks, specials: bool = False) -> "CharTokenizer":
-        """From a text, or an iterable of text chunks. With specials, SPECIAL_TOKENS follow the
-        characters (ids len(chars)..len(chars)+4): the characters' ids are those without."""
+    def from_text(cls, text: TextOrChunks, specials: Specials = False) -> "CharTokenizer":
+        """From a text, or an iterable of text chunks. With specials (True: SPECIAL_TOKENS, or
+        the names) they follow the characters (ids len(chars)..): the characters' ids are those
+        without."""
         chars: set[str] = set()
         for chunk in _chunks(text):
             chars.update(chunk)
         if not chars:
             raise ValueError("cannot build a tokenizer from empty text")
-        return cls(sorted(chars), SPECIAL_TOKENS if specials else ())
+        return cls(sorted(chars), special_names(specials))
 
     @property
     def vocab_size(self) -> int:
@@ -159,21 +170,24 @@ class BPETokenizer(_HFTokenizer):
     kind, hf_type = "bpe", "BPE"
 
     @classmethod
-    def train(cls, text: TextOrChunks, vocab_size: int, specials: bool = False) -> "BPETokenizer":
+    def train(cls, text: TextOrChunks, vocab_size: int,
+              specials: Specials = False) -> "BPETokenizer":
         """Byte-level BPE with vocab_size tokens (at least the 256 bytes) learned from text. With
-        specials, SPECIAL_TOKENS take ids 0..4 (and count in vocab_size): the bytes follow them."""
+        specials (True: SPECIAL_TOKENS, or the names) they take the first ids (and count in
+        vocab_size): the bytes follow them."""
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-        least = 256 + (len(SPECIAL_TOKENS) if specials else 0)
+        names = special_names(specials)
+        least = 256 + len(names)
         if vocab_size <= least:
-            which = f" with the {len(SPECIAL_TOKENS)} special tokens" if specials else ""
+            which = f" with the {len(names)} special tokens" if names else ""
             raise ValueError(f"a byte-level BPE{which} needs --vocab-size above {least}, "
                              f"got {vocab_size}")
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
-                                      special_tokens=list(SPECIAL_TOKENS) if specials else [],
+                                      special_tokens=list(names),
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
         tok.train_from_iterator(_chunks(text), trainer)
         return cls(tok)

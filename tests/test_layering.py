@@ -13,10 +13,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pygpt"
 LAYERS = [
     ["pygpt.io", "pygpt.run_files", "pygpt.config", "pygpt.cli"],
     ["pygpt.tokenizer", "pygpt.data", "pygpt.mlm_data", "pygpt.labelled_data", "pygpt.ops",
-     "pygpt.plot"],
+     "pygpt.plot", "pygpt.parallel_data"],
     ["pygpt.kernels"],
     ["pygpt.nn"],
-    ["pygpt.decoding"],
+    ["pygpt.decoding", "pygpt.translation_search"],
     ["pygpt.models"],
     ["pygpt.checkpoint"],
     ["pygpt.training"],

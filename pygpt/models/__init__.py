@@ -7,8 +7,9 @@ from torch import nn
 from pygpt.config import ARCHS, ModelConfig
 from pygpt.models.bert import BERT, BertOutput
 from pygpt.models.gpt import GPT, GPTOutput
+from pygpt.models.seq2seq import Seq2Seq, Seq2SeqOutput
 
-MODELS: dict[str, type[nn.Module]] = {"gpt": GPT, "bert": BERT}
+MODELS: dict[str, type[nn.Module]] = {"gpt": GPT, "bert": BERT, "seq2seq": Seq2Seq}
 assert tuple(MODELS) == ARCHS, "pygpt.config.ARCHS names these families"
 
 
@@ -19,4 +20,5 @@ def build(cfg: ModelConfig, kernels: str = "ext") -> nn.Module:
     return MODELS[cfg.arch](cfg, kernels=kernels)
 
 
-__all__ = ["BERT", "BertOutput", "GPT", "GPTOutput", "MODELS", "build"]
+__all__ = ["BERT", "BertOutput", "GPT", "GPTOutput", "MODELS", "Seq2Seq", "Seq2SeqOutput",
+           "build"]

@@ -1,19 +1,36 @@
-"""The transformer block every family stacks, built from a ModelConfig: attention (causal for
+"""The transformer blocks every family stacks, built from a ModelConfig: attention (causal for
 decoders, bidirectional for encoders; with rotary positions, rotating its queries and keys), the
-MLP with the config's activation, and the config's norm placement."""
+MLP with the config's activation, and the config's norm placement; and the encoder-decoder's
+decoder block, which adds cross-attention over the encoder's output."""
 from __future__ import annotations
+
+from typing import Optional
 
 from pygpt.config import ModelConfig
 from pygpt.nn import MLP, Block, MultiHeadAttention, Rotary
+from pygpt.nn.decoder_block import DecoderBlock
+
+
+def _attention(cfg: ModelConfig, *, causal: bool, cross: bool = False) -> MultiHeadAttention:
+    """Self-attention (rotary, if the config's positions are) or cross-attention (never)."""
+    rotary = (Rotary(cfg.rotary_width, cfg.block_size, cfg.rope_base)
+              if cfg.pos_encoding == "rotary" and not cross else None)
+    return MultiHeadAttention(cfg.n_embd, cfg.n_head, cfg.qk_head_dim, causal=causal,
+                              bias=cfg.bias, out_proj=cfg.attn_proj, dropout=cfg.dropout,
+                              v_head_dim=cfg.v_head_dim, rotary=rotary)
+
+
+def _mlp(cfg: ModelConfig) -> Optional[MLP]:
+    return (MLP(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias, dropout=cfg.dropout,
+                activation=cfg.activation) if cfg.mlp else None)
 
 
 def transformer_block(cfg: ModelConfig, *, causal: bool) -> Block:
-    rotary = (Rotary(cfg.rotary_width, cfg.block_size, cfg.rope_base)
-              if cfg.pos_encoding == "rotary" else None)
-    attn = MultiHeadAttention(cfg.n_embd, cfg.n_head, cfg.head_dim, causal=causal,
-                              bias=cfg.bias, out_proj=cfg.attn_proj, dropout=cfg.dropout,
-                              rotary=rotary)
-    mlp = (MLP(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias, dropout=cfg.dropout,
-               activation=cfg.activation) if cfg.mlp else None)
-    return Block(cfg.n_embd, attn, mlp, norm=cfg.norm if cfg.block_norm else "none",
-                 residual=cfg.residual)
+    return Block(cfg.n_embd, _attention(cfg, causal=causal), _mlp(cfg),
+                 norm=cfg.norm if cfg.block_norm else "none", residual=cfg.residual)
+
+
+def decoder_block(cfg: ModelConfig) -> DecoderBlock:
+    return DecoderBlock(cfg.n_embd, _attention(cfg, causal=True),
+                        _attention(cfg, causal=False, cross=True), _mlp(cfg),
+                        norm=cfg.norm if cfg.block_norm else "none", residual=cfg.residual)

@@ -17,28 +17,31 @@ from pygpt.nn.rotary import Rotary
 class MultiHeadAttention(KernelModule):
     def __init__(self, dim: int, n_head: int, head_dim: int, *, causal: bool = True,
                  bias: bool = True, out_proj: bool = True, dropout: float = 0.0,
-                 context_dim: Optional[int] = None, rotary: Optional[Rotary] = None):
+                 context_dim: Optional[int] = None, v_head_dim: Optional[int] = None,
+                 rotary: Optional[Rotary] = None):
         """dim: the width of the input (and of the output); context_dim: the width of the
-        context keys and values come from in cross-attention (default dim). Without out_proj the
-        heads' concatenation is the output, so n_head * head_dim must equal dim. rotary: rotates
-        self-attention's queries and keys by their positions (never cross-attention's)."""
+        context keys and values come from in cross-attention (default dim); head_dim: the width
+        of one head's queries and keys, v_head_dim that of its values (default head_dim).
+        Without out_proj the heads' concatenated values are the output, so n_head * v_head_dim
+        must equal dim. rotary: rotates self-attention's queries and keys by their positions
+        (never cross-attention's)."""
         super().__init__()
-        inner = n_head * head_dim
-        if not out_proj and inner != dim:
-            raise ValueError(f"without an output projection the heads ({n_head} x {head_dim}) "
-                             f"must be as wide as the input ({dim})")
+        inner, inner_v = n_head * head_dim, n_head * (v_head_dim or head_dim)
+        if not out_proj and inner_v != dim:
+            raise ValueError(f"without an output projection the heads ({n_head} x "
+                             f"{v_head_dim or head_dim}) must be as wide as the input ({dim})")
         self.n_head, self.head_dim, self.causal = n_head, head_dim, causal
         self.q = nn.Linear(dim, inner, bias=bias)
         self.k = nn.Linear(context_dim or dim, inner, bias=bias)
-        self.v = nn.Linear(context_dim or dim, inner, bias=bias)
-        self.proj = nn.Linear(inner, dim, bias=bias) if out_proj else None  # into the residual
+        self.v = nn.Linear(context_dim or dim, inner_v, bias=bias)
+        self.proj = nn.Linear(inner_v, dim, bias=bias) if out_proj else None  # into the residual
         self.dropout = nn.Dropout(dropout)
         self.rotary = rotary
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
-        """(B, T, H * D) -> (B, H, T, D), a strided view."""
-        B, T, _ = t.shape
-        return t.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        """(B, T, H * D) -> (B, H, T, D), a strided view (D: the query/key or value width)."""
+        B, T, width = t.shape
+        return t.view(B, T, self.n_head, width // self.n_head).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
                 cache: Optional[LayerKV] = None, lengths: Optional[torch.Tensor] = None,

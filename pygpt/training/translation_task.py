@@ -1,0 +1,71 @@
+"""The training task of the encoder-decoder translator (arch seq2seq), on pygpt.training.tasks'
+Task protocol: batches of sentence pairs by token budget (pygpt.parallel_data), and an
+evaluation that reports the label-smoothed loss the model trains on, the plain per-token
+cross-entropy (nll) with its perplexity, and next-token accuracy, all per target token.
+
+Training batches: each split's pairs are bucketed once (a fixed order, batches of at most
+max_tokens tokens counting padding), and each call draws one of those batches at random from the
+generator given, so a batch is a function of the generator's state alone, as the loop's resume
+requires (the loop saves that state only). Batches are thus drawn with replacement, never
+walked epoch by epoch. `batch_size` is not used: max_tokens sets the size.
+
+An evaluation passes over the whole validation set in order, and over `iters` random batches
+of the training set.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from pygpt.mlm_data import IGNORE_INDEX
+from pygpt.parallel_data import ParallelCorpus, TranslationBatch, bucket_batches
+from pygpt.training.tasks import Metrics
+
+BUCKETING_SEED = 0  # the fixed order each split's batches are cut in
+
+
+class Translation:
+    def __init__(self, train: ParallelCorpus, val: ParallelCorpus, max_tokens: int):
+        self.splits = {"train": train, "val": val}
+        for name, corpus in self.splits.items():
+            if not len(corpus):
+                raise ValueError(f"the {name} split holds no sentence pairs")
+        self.max_tokens = max_tokens
+        self.buckets = {name: bucket_batches(*corpus.lengths(), max_tokens,
+                                             torch.Generator().manual_seed(BUCKETING_SEED))
+                        for name, corpus in self.splits.items()}
+
+    def batch(self, split: str, batch_size: int,
+              generator: Optional[torch.Generator] = None) -> TranslationBatch:
+        buckets = self.buckets[split]
+        k = int(torch.randint(len(buckets), (1,), generator=generator))
+        return self.splits[split].batch(buckets[k])
+
+    def eval_batches(self, split: str, batch_size: int, generator: torch.Generator,
+                     iters: int) -> Iterable[TranslationBatch]:
+        if split == "val":
+            return self.splits["val"].batches(self.max_tokens)
+        return (self.batch(split, batch_size, generator) for _ in range(iters))
+
+    def tokens(self, batch: TranslationBatch) -> int:
+        """Real tokens on both sides ([BOS] included)."""
+        return int(batch.src_lengths.sum() + batch.tgt_lengths.sum())
+
+    def metrics(self, output, batch: TranslationBatch) -> Metrics:
+        real = batch.tgt_out != IGNORE_INDEX
+        logits, targets = output.logits[real].float(), batch.tgt_out[real]
+        n = targets.numel()
+        nll = F.cross_entropy(logits, targets, reduction="sum").item()
+        correct = (logits.argmax(-1) == targets).sum().item()
+        return {"loss": (output.loss.item() * n, n), "nll": (nll, n), "acc": (correct, n)}
+
+    def summarise(self, means: dict[str, float]) -> dict[str, float]:
+        return {**means, "ppl": math.exp(means["nll"])}
+
+    def describe(self, record: dict) -> str:
+        return (f"train loss {record['train_loss']:.4f}, val loss {record['val_loss']:.4f} "
+                f"(nll {record['val_nll']:.4f}, ppl {record['val_ppl']:.2f}, token acc "
+                f"{record['val_acc']:.3f})")

@@ -1,0 +1,88 @@
+"""The translator's training task (pygpt.training.translation_task.Translation): batches drawn
+as a function of the generator's state within the token budget, the validation pass over every
+pair, the metrics against a direct computation, and one optimizer step of the seq2seq model on
+its batches through the loop's train_step."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pygpt.config import ModelConfig
+from pygpt.models import build
+from pygpt.parallel_data import ParallelCorpus
+from pygpt.tokenizer import SEQ2SEQ_SPECIALS, CharTokenizer
+from pygpt.training.step import train_step
+from pygpt.training.translation_task import Translation
+
+WORDS = ["ab", "abc", "b", "cab", "ccba", "bacab", "a"]
+
+
+@pytest.fixture(scope="module")
+def setup():
+    tok = CharTokenizer.from_text("abc ", specials=SEQ2SEQ_SPECIALS)
+
+    def corpus(n, shift):
+        pairs = [(" ".join(WORDS[(k + j) % 7] for j in range(k % 4 + 1)),
+                  " ".join(WORDS[(k + j + shift) % 7] for j in range(k % 3 + 1)))
+                 for k in range(n)]
+        return ParallelCorpus.from_pairs(pairs, tok.encode, tok.special_tokens, max_len=23)
+
+    return tok, Translation(corpus(60, 1), corpus(13, 2), max_tokens=120)
+
+
+def test_batches_are_a_function_of_the_generator_and_fit_the_budget(setup):
+    _, task = setup
+
+    def draws(seed):
+        g = torch.Generator().manual_seed(seed)
+        return [task.batch("train", 0, g) for _ in range(5)]
+
+    for a, b in zip(draws(4), draws(4)):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert any(not torch.equal(a.src, b.src) for a, b in zip(draws(4), draws(5)))
+    assert all(b.src.numel() + b.tgt_in.numel() <= 120 for b in draws(6))
+
+
+def test_the_validation_pass_covers_every_pair_once(setup):
+    _, task = setup
+    batches = list(task.eval_batches("val", 0, torch.Generator(), iters=3))
+    assert sum(len(b.src) for b in batches) == 13
+    assert sum(task.tokens(b) for b in batches) == sum(
+        int(b.src_lengths.sum() + b.tgt_lengths.sum()) for b in batches)
+    assert len(list(task.eval_batches("train", 0, torch.Generator(), iters=3))) == 3
+
+
+def test_metrics_and_a_training_step(setup):
+    tok, task = setup
+    cfg = ModelConfig(arch="seq2seq", vocab_size=tok.vocab_size, block_size=24, n_layer=1,
+                      n_head=2, n_embd=16, label_smoothing=0.1, pos_encoding="sinusoidal")
+    torch.manual_seed(0)
+    model = build(cfg)
+    batch = task.batch("train", 0, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out = model(**batch._asdict())
+    m = task.metrics(out, batch)
+    real = batch.tgt_out != -100
+    n = int(real.sum())
+    assert n == int(batch.tgt_lengths.sum())
+    nll = F.cross_entropy(out.logits[real], batch.tgt_out[real]).item()
+    assert m["nll"][1] == n and math.isclose(m["nll"][0] / n, nll, rel_tol=1e-5)
+    smoothed = F.cross_entropy(out.logits[real], batch.tgt_out[real], label_smoothing=0.1)
+    assert m["loss"][1] == n and math.isclose(m["loss"][0] / n, smoothed.item(), rel_tol=1e-5)
+    summary = task.summarise({k: v / c for k, (v, c) in m.items()})
+    assert math.isclose(summary["ppl"], math.exp(nll), rel_tol=1e-5)
+    record = {f"{split}_{k}": v for split in ("train", "val") for k, v in summary.items()}
+    assert task.describe(record).startswith(f"train loss {summary['loss']:.4f}")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    first = train_step(model, opt, [batch], 1e-2, 1.0)
+    for _ in range(5):
+        last = train_step(model, opt, [batch], 1e-2, 1.0)
+    assert last < first
+
+
+def test_an_empty_split_is_refused(setup):
+    tok, task = setup
+    empty = ParallelCorpus.from_pairs([("", "a")], tok.encode, tok.special_tokens, max_len=5)
+    with pytest.raises(ValueError, match="the val split holds no sentence pairs"):
+        Translation(task.splits["train"], empty, 100)
