@@ -87,7 +87,8 @@ setup(
     # Built against the installed torch; any version in this range that is already installed
     # satisfies it, so pip never downloads another one. Rebuild after upgrading torch.
     install_requires=["torch>=2.13.0,<2.15", "numpy", "safetensors", "tqdm",
-                      "tokenizers", "onnx", "onnxscript", "onnxruntime", "matplotlib"],
+                      "tokenizers", "onnx", "onnxscript", "onnxruntime", "matplotlib",
+                      "sacrebleu>=2.4"],
     extras_require={"test": ["pytest"]},
     ext_modules=[kernel_extension()],
     cmdclass={"build_ext": BuildExtension},

@@ -13,18 +13,18 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pygpt"
 LAYERS = [
     ["pygpt.io", "pygpt.run_files", "pygpt.config", "pygpt.cli"],
     ["pygpt.tokenizer", "pygpt.data", "pygpt.mlm_data", "pygpt.labelled_data", "pygpt.ops",
-     "pygpt.plot", "pygpt.parallel_data"],
+     "pygpt.plot", "pygpt.parallel_data", "pygpt.bleu"],
     ["pygpt.kernels"],
     ["pygpt.nn"],
-    ["pygpt.decoding", "pygpt.translation_search"],
+    ["pygpt.decoding", "pygpt.translation_search", "pygpt.text_translation"],
     ["pygpt.models"],
     ["pygpt.checkpoint"],
     ["pygpt.training"],
     ["pygpt.onnx_graph"],
-    ["pygpt.export_bert"],
+    ["pygpt.export_bert", "pygpt.export_seq2seq"],
     ["pygpt.export"],
     ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",
-     "pygpt"],  # command lines, and the package's pygpt.load
+     "pygpt.translate", "pygpt"],  # command lines, and the package's pygpt.load
 ]
 MAX_LINES = 300
 

@@ -1,19 +1,22 @@
 """The translator's training task (pygpt.training.translation_task.Translation): batches drawn
 as a function of the generator's state within the token budget, the validation pass over every
 pair, the metrics against a direct computation, and one optimizer step of the seq2seq model on
-its batches through the loop's train_step."""
+its batches through the loop's train_step; validation BLEU against greedy decoding, sentence by
+sentence, scored by pygpt.bleu."""
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from pygpt.bleu import score
 from pygpt.config import ModelConfig
 from pygpt.models import build
 from pygpt.parallel_data import ParallelCorpus
 from pygpt.tokenizer import SEQ2SEQ_SPECIALS, CharTokenizer
 from pygpt.training.step import train_step
 from pygpt.training.translation_task import Translation
+from pygpt.translation_search import Search, translate
 
 WORDS = ["ab", "abc", "b", "cab", "ccba", "bacab", "a"]
 
@@ -86,3 +89,37 @@ def test_an_empty_split_is_refused(setup):
     empty = ParallelCorpus.from_pairs([("", "a")], tok.encode, tok.special_tokens, max_len=5)
     with pytest.raises(ValueError, match="the val split holds no sentence pairs"):
         Translation(task.splits["train"], empty, 100)
+
+
+def test_validation_bleu_translates_a_fixed_subset_greedily(setup):
+    tok, task = setup
+    train, val = task.splits["train"], task.splits["val"]
+    bleu_task = Translation(train, val, 120, tokenizer=tok, bleu_sentences=5, samples=2)
+    assert task.translation_metrics(None) == {}  # no subset asked for: nothing to do
+    cfg = ModelConfig(arch="seq2seq", vocab_size=tok.vocab_size, block_size=24, n_layer=1,
+                      n_head=2, n_embd=16)
+    torch.manual_seed(0)
+    model = build(cfg)
+    for p in model.parameters():
+        p.data.add_(torch.randn_like(p) * 0.5)
+    model.train()
+    got = bleu_task.translation_metrics(model)
+    assert model.training  # restored
+    sp = tok.special_tokens
+    hyps, refs = [], []
+    for i in range(5):
+        out = translate(model, torch.tensor(val.src.line(i))[None].long(), None, bos=sp["[BOS]"],
+                        eos=sp["[EOS]"], search=Search(beam=1), banned=(sp["[PAD]"], sp["[BOS]"]))
+        hyps.append(tok.decode(out[0]))
+        refs.append(tok.decode(val.tgt.line(i).tolist()))
+    expected = score(hyps, refs)
+    assert (got["val_bleu"], got["val_bleu_lc"], got["val_chrf"]) == tuple(expected)
+    assert got["val_samples"] == [{"source": tok.decode(val.src.line(i).tolist()),
+                                   "reference": refs[i], "translation": hyps[i]} for i in range(2)]
+    record = {f"{split}_{k}": 1.0 for split in ("train", "val")
+              for k in ("loss", "nll", "ppl", "acc")}
+    assert bleu_task.describe({**record, **got}).endswith(f", BLEU {expected.bleu:.2f})")
+    with pytest.raises(ValueError, match="needs the tokenizer"):
+        Translation(train, val, 120, bleu_sentences=5)
+    with pytest.raises(ValueError, match="must not be negative"):
+        Translation(train, val, 120, tokenizer=tok, bleu_sentences=-1)

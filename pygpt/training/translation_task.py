@@ -10,30 +10,45 @@ requires (the loop saves that state only). Batches are thus drawn with replaceme
 walked epoch by epoch. `batch_size` is not used: max_tokens sets the size.
 
 An evaluation passes over the whole validation set in order, and over `iters` random batches
-of the training set.
+of the training set. With bleu_sentences (and the tokenizer), `translation_metrics(model)` also
+translates the first bleu_sentences validation pairs by greedy decoding (pygpt.text_translation)
+and scores them against their targets with sacreBLEU (pygpt.bleu): val_bleu, val_bleu_lc
+(lowercased) and val_chrf, plus `samples` of those translations (source, reference, output) as
+val_samples; the subset is fixed, so the figures compare across evaluations.
 """
 from __future__ import annotations
 
 import math
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 import torch
 import torch.nn.functional as F
 
+from pygpt.bleu import score
 from pygpt.mlm_data import IGNORE_INDEX
 from pygpt.parallel_data import ParallelCorpus, TranslationBatch, bucket_batches
+from pygpt.text_translation import translate_ids
 from pygpt.training.tasks import Metrics
+from pygpt.translation_search import Search
 
 BUCKETING_SEED = 0  # the fixed order each split's batches are cut in
 
 
 class Translation:
-    def __init__(self, train: ParallelCorpus, val: ParallelCorpus, max_tokens: int):
+    def __init__(self, train: ParallelCorpus, val: ParallelCorpus, max_tokens: int,
+                 tokenizer: Any = None, bleu_sentences: int = 0, samples: int = 3):
         self.splits = {"train": train, "val": val}
         for name, corpus in self.splits.items():
             if not len(corpus):
                 raise ValueError(f"the {name} split holds no sentence pairs")
+        if bleu_sentences < 0 or samples < 0:
+            raise ValueError(f"bleu_sentences and samples must not be negative, got "
+                             f"{bleu_sentences} and {samples}")
+        if bleu_sentences and tokenizer is None:
+            raise ValueError("validation BLEU (bleu_sentences) needs the tokenizer")
         self.max_tokens = max_tokens
+        self.tokenizer, self.samples = tokenizer, samples
+        self.bleu_pairs = range(min(bleu_sentences, len(val)))
         self.buckets = {name: bucket_batches(*corpus.lengths(), max_tokens,
                                              torch.Generator().manual_seed(BUCKETING_SEED))
                         for name, corpus in self.splits.items()}
@@ -65,7 +80,23 @@ class Translation:
     def summarise(self, means: dict[str, float]) -> dict[str, float]:
         return {**means, "ppl": math.exp(means["nll"])}
 
+    def translation_metrics(self, model) -> dict[str, Any]:
+        """Validation BLEU on the fixed subset (module docstring); {} without one."""
+        if not self.bleu_pairs:
+            return {}
+        val, decode = self.splits["val"], self.tokenizer.decode
+        sources = [val.src.line(i).tolist() for i in self.bleu_pairs]
+        refs = [decode(val.tgt.line(i).tolist()) for i in self.bleu_pairs]
+        hyps = [decode(ids) for ids in translate_ids(model, sources, self.tokenizer.special_tokens,
+                                                     Search(beam=1)).ids]
+        bleu, bleu_lc, chrf = score(hyps, refs)
+        samples = [{"source": decode(s), "reference": r, "translation": h}
+                   for s, r, h in list(zip(sources, refs, hyps))[:self.samples]]
+        return {"val_bleu": bleu, "val_bleu_lc": bleu_lc, "val_chrf": chrf,
+                "val_samples": samples}
+
     def describe(self, record: dict) -> str:
+        bleu = f", BLEU {record['val_bleu']:.2f}" if "val_bleu" in record else ""
         return (f"train loss {record['train_loss']:.4f}, val loss {record['val_loss']:.4f} "
                 f"(nll {record['val_nll']:.4f}, ppl {record['val_ppl']:.2f}, token acc "
-                f"{record['val_acc']:.3f})")
+                f"{record['val_acc']:.3f}{bleu})")

@@ -1,0 +1,155 @@
+"""The ONNX export of a seq2seq checkpoint (pygpt.export_seq2seq) and the torch-free translator
+(export/onnx_translate.py): a tiny translator (tests/mt_helpers.py) saved and exported once, fp32
+and int8; its three graphs must give PyTorch's encoder output, first-step and cached-step logits
+and caches on padded batches; the runner must print exactly what python -m pygpt.translate
+prints, greedy and beam; it runs where torch cannot be imported; and failures are clean."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from mt_helpers import CFG, reverser, tokenizer, words
+from pygpt import checkpoint
+from pygpt import export_seq2seq as exporter
+from pygpt.config import ModelConfig
+from pygpt.models import build
+from pygpt.run_files import RUNNER_CONFIG, TOKENIZER
+from pygpt.translate import main as translate_main
+
+RUNNER = Path(__file__).resolve().parent.parent / "export" / "onnx_translate.py"
+TEXTS = [*words(30, seed=5), "", "abc de", "hgfedcba abcdefgh", "  h  "]
+
+
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("onnx_translate", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """(checkpoint folder, export folder, model, the files written)."""
+    root = tmp_path_factory.mktemp("mt-export")
+    model = reverser()
+    checkpoint.save(root / "ckpt", model, tokenizer())
+    written = exporter.export_seq2seq(root / "ckpt", root / "onnx", int8=True)
+    return root / "ckpt", root / "onnx", model, written
+
+
+def test_the_folder_holds_the_graphs_tokenizer_and_runner_config(exported):
+    _, onnx_dir, _, written = exported
+    stems = ["encoder_model", "decoder_model", "decoder_with_past_model"]
+    names = [f"{s}.onnx" for s in stems] + [f"{s}.int8.onnx" for s in stems]
+    assert [p.name for p in written] == names + [TOKENIZER, RUNNER_CONFIG]
+    assert sorted(p.name for p in onnx_dir.iterdir()) == sorted(names + [TOKENIZER, RUNNER_CONFIG])
+    config = json.loads((onnx_dir / RUNNER_CONFIG).read_text())
+    assert config["family"] == "seq2seq" and config["block_size"] == CFG.block_size
+    session = ort.InferenceSession(str(onnx_dir / "decoder_with_past_model.onnx"))
+    inputs = [i.name for i in session.get_inputs()]
+    assert inputs[:4] == ["input_ids", "encoder_attention_mask", "past_key_values.0.decoder.key",
+                          "past_key_values.0.decoder.value"]
+    assert inputs[4:6] == ["past_key_values.0.encoder.key", "past_key_values.0.encoder.value"]
+    assert [o.name for o in session.get_outputs()] == [
+        "logits", *(f"present.{i}.decoder.{n}" for i in range(2) for n in ("key", "value"))]
+    assert config["io"]["decoder_with_past"] == [inputs, [o.name for o in
+                                                          session.get_outputs()]]
+
+
+def test_the_graphs_match_pytorch_on_padded_batches(exported):
+    """Encoder, the first step over [BOS] and four cached steps, batch of 3 padded sources."""
+    _, onnx_dir, model, _ = exported
+    runner = _load_runner().OnnxSeq2Seq(str(onnx_dir))
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.tensor([9, 1, 5])
+    mask = (torch.arange(9)[None] < lengths[:, None]).long()
+    src = torch.randint(CFG.vocab_size, (3, 9), generator=g) * mask
+    tgt = torch.randint(CFG.vocab_size, (3, 5), generator=g)
+    with torch.no_grad():
+        memory = model.encode(src, lengths)
+        hidden = runner.encode(src.numpy(), mask.numpy())
+        real = mask.bool().numpy()
+        np.testing.assert_allclose(hidden[real], memory.numpy()[real], atol=1e-4, rtol=0)
+        cache = model.new_decoder_cache()
+        logits, dec, enc = runner.first_step(tgt[:, :1].numpy(), memory.numpy(), mask.numpy())
+        for t in range(5):
+            if t:
+                logits, dec = runner.next_step(tgt[:, t:t + 1].numpy(), mask.numpy(), dec, enc)
+            expected = model.decode(tgt[:, t:t + 1], memory, lengths, cache)
+            np.testing.assert_allclose(logits, expected.numpy(), atol=1e-4, rtol=0)
+            np.testing.assert_allclose(dec[-1], cache.self_attn[1].v.numpy(), atol=1e-4, rtol=0)
+        assert dec[0].shape == (3, CFG.n_head, 5, CFG.head_dim)
+
+
+@pytest.mark.parametrize("flags", [["--greedy"], [], ["--beam", "3", "--length-penalty", "1.5",
+                                                      "--batch-size", "4"],
+                                   ["--beam", "2", "--max-len-extra", "2"]])
+def test_the_runner_translates_as_pygpt_translate(exported, tmp_path, capsys, flags):
+    ckpt, onnx_dir, _, _ = exported
+    src = tmp_path / "src.txt"
+    src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    translate_main(["--ckpt", str(ckpt), "--file", str(src), *flags])
+    expected = capsys.readouterr().out
+    _load_runner().main(["--model", str(onnx_dir), "--file", str(src), *flags])
+    assert capsys.readouterr().out == expected
+    lines = expected.split("\n")
+    assert len(lines) == len(TEXTS) + 1 and len(set(lines)) > len(TEXTS) // 2  # varied output
+    assert sum(line == text[::-1] for line, text in zip(lines, TEXTS)) >= 3  # some learned
+    _load_runner().main(["--model", str(onnx_dir), "--file", str(src), "--int8", *flags])
+    assert capsys.readouterr().out.count("\n") == len(TEXTS)
+
+
+def test_the_runner_needs_no_torch(exported, tmp_path):
+    _, onnx_dir, _, _ = exported
+    blocker = tmp_path / "blocked"
+    blocker.mkdir()
+    for name in ("torch", "pygpt"):
+        (blocker / f"{name}.py").write_text(f"raise ImportError('{name} is not allowed here')\n")
+    env = {**os.environ, "PYTHONPATH": str(blocker)}
+    done = subprocess.run([sys.executable, str(RUNNER), "--model", str(onnx_dir), "--text",
+                           "abcd", "--beam", "2"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    expected = _load_runner().OnnxSeq2Seq(str(onnx_dir)).translate(
+        ["abcd"], _load_runner().Search(beam=2))
+    assert done.stdout == expected[0] + "\n"
+    probe = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True)
+    assert probe.returncode != 0  # the blocker really blocks
+
+
+def test_failures_are_clean(exported, tmp_path, monkeypatch):
+    _, onnx_dir, _, _ = exported
+    gpt = tmp_path / "gpt"
+    checkpoint.save(gpt, build(ModelConfig(vocab_size=14, block_size=8, n_layer=1, n_head=2,
+                                           n_embd=16)), tokenizer())
+    with pytest.raises(ValueError, match="holds a gpt model; this export is for seq2seq"):
+        exporter.export_seq2seq(gpt, tmp_path / "out")
+
+    def broken(model, folder):
+        (folder / "encoder_model.onnx").write_text("half")
+        raise RuntimeError("the exporter failed")
+
+    monkeypatch.setattr(exporter, "_build", broken)
+    with pytest.raises(RuntimeError, match="the exporter failed"):
+        exporter.export_seq2seq_model(reverser(steps=0), tokenizer(), tmp_path / "failed")
+    assert list((tmp_path / "failed").iterdir()) == []  # nothing staged is left
+    runner = _load_runner()
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / RUNNER_CONFIG).write_text(json.dumps({"family": "gpt", "models": {}}))
+    for argv, message in [(["--model", str(fake), "--text", "ab"], "holds a gpt model, which "
+                                                                    "does not translate"),
+                          (["--model", str(tmp_path), "--text", "ab"], f"no {RUNNER_CONFIG}"),
+                          (["--model", str(onnx_dir), "--text", "xyz"], "not in the model's"),
+                          (["--model", str(onnx_dir), "--text", "ab", "--beam", "0"],
+                           "beam must be at least 1")]:
+        with pytest.raises(SystemExit) as e:
+            runner.main(argv)
+        assert message in e.value.code and "\n" not in e.value.code, e.value.code
