@@ -134,6 +134,8 @@ class ModelConfig:
     def rotary_width(self) -> int:
         """The channels of a head's queries and keys that rotary rotates."""
         return self.rotary_dim or self.qk_head_dim
+
+    @property
     def qk_head_dim(self) -> int:
         """The width of one head's queries and keys (seq2seq's qk_dim, else head_dim)."""
         return self.qk_dim or self.head_dim
