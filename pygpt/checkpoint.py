@@ -1,9 +1,13 @@
 """Checkpoints: a folder holding config.json (model and training settings), tokenizer.json,
 model.safetensors (the weights: plain tensors, safe to load from strangers) and, for --resume,
 train_state.pt (optimizer, step, RNG states: tensors and numbers only, loaded with
-torch.load(weights_only=True), which never unpickles arbitrary objects). Every file is written
-atomically, and all three record their step, so files left inconsistent by a kill between two
-writes are detected instead of loaded.
+torch.load(weights_only=True), which never unpickles arbitrary objects).
+
+A save changes the folder as a whole (pygpt.io.FolderWrite): a kill at any moment leaves the
+previous checkpoint or the new one, never a mix. `recover(out)` finishes or discards a save that
+a kill cut short; `save` calls it first, and every reader here reads the committed files without
+writing (pygpt.io.read_committed). All three files record their step, so files of different
+saves side by side (copied or edited by hand) are a clear error, never loaded together.
 
 The model is rebuilt from its config by pygpt.models.build (the config's `arch` picks the
 family). Format 1 checkpoints (written before the models were assembled from pygpt.nn) name the
@@ -12,15 +16,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_model
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_model
 from torch import nn
 
 from pygpt.config import ModelConfig, TrainConfig, config_from_dict, to_dict
-from pygpt.io import atomic_write, atomic_write_text
+from pygpt.io import FolderWrite, read_committed, recover_folder
 from pygpt.models import build
 from pygpt.run_files import CONFIG, LABELS, TOKENIZER, TRAIN_STATE, WEIGHTS
 from pygpt.tokenizer import Tokenizer, load_tokenizer
@@ -29,55 +33,71 @@ FORMAT = 2
 READABLE_FORMATS = (1, 2)
 # Format 1 weight names -> today's (prefixes).
 LEGACY_NAMES = {"tok_emb.": "embed.tok.", "pos_emb.": "embed.pos.", "embed_norm.": "embed.norm."}
+_READS = 3  # reads of files that a save committed in between left from different saves
+
+
+def recover(out: Union[str, Path]) -> None:
+    """Finishes a save that a kill cut short after its commit, or discards one cut before."""
+    recover_folder(out)
 
 
 def save(out_dir: Union[str, Path], model: nn.Module, tokenizer: Tokenizer,
          train_cfg: Optional[TrainConfig] = None, state: Optional[dict[str, Any]] = None,
          step: int = 0, labels: Optional[Sequence[str]] = None) -> None:
-    """Writes the checkpoint files into out_dir (created if needed), with a classifier's labels
-    (its class names, in the order of its outputs). The weights go first and carry their own
-    model config and step, so a kill before the other files are rewritten leaves weights that
-    still load (see load)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if labels is not None:  # never change between steps: first, with the weights still older
-        atomic_write_text(out / LABELS, json.dumps(list(labels), ensure_ascii=False))
+    """Writes the checkpoint into out_dir (created if needed) as a whole, with a classifier's
+    labels (its class names, in the order of its outputs). A train_state.pt or labels.json of
+    the previous checkpoint that this one lacks is removed with the rest."""
     model_cfg = to_dict(model.config)
     metadata = {"format": str(FORMAT), "step": str(step), "model_config": json.dumps(model_cfg)}
-    atomic_write(out / WEIGHTS, lambda tmp: save_model(model, str(tmp), metadata=metadata))
-    if state is not None:
-        atomic_write(out / TRAIN_STATE, lambda tmp: torch.save({**state, "step": step}, tmp))
-    tokenizer.save(out / TOKENIZER)
     config = {"format": FORMAT, "step": step, "model": model_cfg,
               "train": to_dict(train_cfg) if train_cfg is not None else None}
-    atomic_write_text(out / CONFIG, json.dumps(config, indent=2))
+
+    def text(content: str) -> Callable[[Path], None]:
+        return lambda path: path.write_text(content, encoding="utf-8")
+
+    with FolderWrite(out_dir, index=CONFIG, remove=[LABELS, TRAIN_STATE]) as change:
+        if labels is not None:
+            change.write(LABELS, text(json.dumps(list(labels), ensure_ascii=False)))
+        change.write(WEIGHTS, lambda path: save_model(model, str(path), metadata=metadata))
+        if state is not None:
+            change.write(TRAIN_STATE, lambda path: torch.save({**state, "step": step}, path))
+        change.write(TOKENIZER, text(tokenizer.to_json()))
+        change.write(CONFIG, text(json.dumps(config, indent=2)))
 
 
-def _weights_metadata(path: Path) -> dict[str, str]:
-    from safetensors import safe_open
+def _read_json(ckpt: Path, name: str, missing: str) -> Any:
+    """The JSON in the file `name` of ckpt; FileNotFoundError(missing), ValueError if corrupt."""
+    def read(path: Path) -> Any:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path} is corrupt: {e}") from None
 
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return f.metadata() or {}
-    except (SafetensorError, OSError) as e:
-        raise ValueError(f"{path} is truncated, corrupt or not a safetensors file: {e}") from None
+    return read_committed(ckpt, name, read, missing)
 
 
-def _read_json(path: Path, missing: str) -> Any:
-    """The JSON in path; FileNotFoundError(missing) if there is none, ValueError if corrupt."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(missing) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is corrupt: {e}") from None
+def _read_weights(ckpt: Path, tensors: bool = True, device: Union[str, torch.device] = "cpu",
+                  ) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """The metadata and (with `tensors`) the tensors of the weights file, from one open file."""
+    def read(path: Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+        try:
+            with safe_open(str(path), framework="pt", device=str(device)) as f:
+                return (f.metadata() or {},
+                        {name: f.get_tensor(name) for name in f.keys()} if tensors else {})
+        except FileNotFoundError:
+            raise
+        except (SafetensorError, OSError, RuntimeError) as e:
+            raise ValueError(f"{path} is truncated, corrupt or not a safetensors file: "
+                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+    return read_committed(ckpt, WEIGHTS, read, f"{ckpt} has no weights file {WEIGHTS}")
 
 
 def read_config(ckpt: Union[str, Path]) -> dict[str, Any]:
     path = Path(ckpt)
     if not path.is_dir():
         raise FileNotFoundError(f"no checkpoint folder at {path}")
-    config = _read_json(path / CONFIG, f"{path} is not a checkpoint: it has no {CONFIG}")
+    config = _read_json(path, CONFIG, f"{path} is not a checkpoint: it has no {CONFIG}")
     if (not isinstance(config, dict) or config.get("format") not in READABLE_FORMATS
             or "model" not in config):
         raise ValueError(f"{path / CONFIG} is not a pygpt checkpoint config (format "
@@ -85,20 +105,30 @@ def read_config(ckpt: Union[str, Path]) -> dict[str, Any]:
     return config
 
 
+def read_tokenizer(ckpt: Union[str, Path]) -> Tokenizer:
+    """The tokenizer saved in the checkpoint folder ckpt (for a run resumed or fine-tuned)."""
+    path = Path(ckpt) / TOKENIZER
+    return read_committed(ckpt, TOKENIZER, load_tokenizer, f"no tokenizer at {path}")
+
+
+def _mixed(path: Path, what: str, step: Any, weights_step: Any) -> ValueError:
+    return ValueError(f"{path}: {what} is from step {step} but the weights from step "
+                      f"{weights_step}: files of different saves (copied or edited by hand)")
+
+
 def load(ckpt: Union[str, Path], kernels: str = "ext",
          device: Union[str, torch.device] = "cpu") -> tuple[nn.Module, Tokenizer]:
-    """The model (in eval mode) and tokenizer saved in the folder ckpt.
-
-    The weights file records the model config and step it was saved with. If config.json is
-    from another step, a save was interrupted after the weights were written: the weights are
-    the newest complete state and load with their own config. If both are from the same step
-    but describe different models, the folder was tampered with or mixed up: an error."""
+    """The model (in eval mode) and tokenizer saved in the folder ckpt. The weights record the
+    model config and step they were saved with: a config.json of another step or model is an
+    error (files of different saves), never loaded together."""
     path = Path(ckpt)
-    config = read_config(path)
+    read_config(path)  # a folder that is no checkpoint is named as such before anything else
+    for _ in range(_READS):
+        meta, state = _read_weights(path, device=device)
+        config = read_config(path)  # read after the weights: of their save, or a newer one
+        if str(config.get("step")) == meta.get("step"):
+            break
     weights = path / WEIGHTS
-    if not weights.exists():
-        raise FileNotFoundError(f"{path} has no weights file {WEIGHTS}")
-    meta = _weights_metadata(weights)
     weights_format = meta.get("format", "1")  # format 1 weights did not record it
     if weights_format not in {str(f) for f in READABLE_FORMATS}:
         raise ValueError(f"{weights} is in weights format {weights_format!r}; this pygpt reads "
@@ -110,24 +140,20 @@ def load(ckpt: Union[str, Path], kernels: str = "ext",
     except (TypeError, ValueError) as e:
         raise ValueError(f"{path / CONFIG}: invalid model config: {e}") from None
     if str(config.get("step")) != meta.get("step"):
-        model_cfg = weights_cfg  # an interrupted save: the weights are the newest whole state
-    elif weights_cfg != model_cfg:
+        raise _mixed(path, CONFIG, config.get("step"), meta.get("step"))
+    if weights_cfg != model_cfg:
         differences = ", ".join(
             f"{k} is {v!r} there but {getattr(weights_cfg, k)!r} in the weights"
             for k, v in to_dict(model_cfg).items() if getattr(weights_cfg, k) != v)
         raise ValueError(f"{weights} does not match {CONFIG}: {differences}")
-    tokenizer = load_tokenizer(path / TOKENIZER)
+    tokenizer = read_tokenizer(path)
     if tokenizer.vocab_size != model_cfg.vocab_size:
         raise ValueError(f"{path}: the tokenizer has {tokenizer.vocab_size} tokens but the model "
                          f"was configured for {model_cfg.vocab_size}")
     model = build(model_cfg, kernels=kernels)
-    try:
-        state = load_file(str(weights), device=str(device))
-        if weights_format == "1":
-            state = {_legacy_name(name): t for name, t in state.items()}
-        _load_weights(model, state, weights)
-    except (SafetensorError, RuntimeError, OSError) as e:
-        raise ValueError(f"{weights} is truncated, corrupt or does not match {CONFIG}: {e}") from None
+    if weights_format == "1":
+        state = {_legacy_name(name): t for name, t in state.items()}
+    _load_weights(model, state, weights)
     return model.to(device).eval(), tokenizer
 
 
@@ -138,11 +164,20 @@ def _legacy_name(name: str) -> str:
     return name
 
 
+def _wrong_shapes(state: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) -> list[str]:
+    """The tensors of state whose shape differs from the model's own tensor of that name."""
+    return [f"{name} {tuple(t.shape)} (here {tuple(own[name].shape)})"
+            for name, t in state.items() if name in own and own[name].shape != t.shape]
+
+
 def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
     """Loads every tensor of the model from state; a tensor the model shares between two names
     (a tied head) is saved under one of them, and that suffices."""
-    missing, unexpected = model.load_state_dict(state, strict=False)
     own = model.state_dict()
+    wrong = _wrong_shapes(state, own)
+    if wrong:
+        raise ValueError(f"{source} does not match {CONFIG}: {', '.join(wrong)}")
+    missing, unexpected = model.load_state_dict(state, strict=False)
     loaded = {own[name].data_ptr() for name in state if name in own}
     missing = [name for name in missing if own[name].data_ptr() not in loaded]
     if missing or unexpected:
@@ -157,7 +192,7 @@ def load_labels(ckpt: Union[str, Path]) -> Optional[list[str]]:
     num_labels = read_config(path)["model"].get("num_labels", 0)
     if not num_labels:
         return None
-    labels = _read_json(path / LABELS, f"{path} holds a classifier but no {LABELS}")
+    labels = _read_json(path, LABELS, f"{path} holds a classifier but no {LABELS}")
     if (not isinstance(labels, list) or not all(isinstance(x, str) for x in labels)
             or len(labels) != num_labels):
         raise ValueError(f"{path / LABELS} must be a list of the model's {num_labels} label "
@@ -174,9 +209,7 @@ def init_from(model: nn.Module, source: nn.Module, fresh: Sequence[str] = ()) ->
         return any(name.startswith(prefix) for prefix in fresh)
 
     state = {name: t for name, t in source.state_dict().items() if not is_fresh(name)}
-    own = model.state_dict()
-    wrong = [f"{name} {tuple(t.shape)} (here {tuple(own[name].shape)})"
-             for name, t in state.items() if name in own and own[name].shape != t.shape]
+    wrong = _wrong_shapes(state, model.state_dict())
     if wrong:
         raise ValueError(f"the source's weights do not fit this model: {', '.join(wrong)}")
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -187,20 +220,81 @@ def init_from(model: nn.Module, source: nn.Module, fresh: Sequence[str] = ()) ->
 
 
 def weights_step(ckpt: Union[str, Path]) -> int:
-    return int(_weights_metadata(Path(ckpt) / WEIGHTS).get("step", -1))
+    return int(_read_weights(Path(ckpt), tensors=False)[0].get("step", -1))
 
 
-def load_train_state(ckpt: Union[str, Path]) -> dict[str, Any]:
-    """The training state saved for --resume, checked to be from the same step as the weights."""
-    path = Path(ckpt) / TRAIN_STATE
-    if not path.exists():
-        raise FileNotFoundError(f"{path.parent} has no {TRAIN_STATE}: nothing to resume")
-    try:
-        state = torch.load(path, weights_only=True)
-    except Exception as e:  # torch raises several types for damaged files
-        raise ValueError(f"{path} is truncated or corrupt: {e}") from None
-    step = weights_step(path.parent)
-    if state.get("step") != step:
-        raise ValueError(f"{path.parent}: the training state is from step {state.get('step')} but "
-                         f"the weights from step {step} (a save was interrupted); cannot resume")
+def load_train_state(ckpt: Union[str, Path], optimizer: Optional[torch.optim.Optimizer] = None,
+                     ) -> dict[str, Any]:
+    """The training state saved for --resume, checked to be from the same step as the weights
+    and to hold what resuming reads; with `optimizer`, its state is loaded into it, checked to
+    fit its parameters first."""
+    path = Path(ckpt)
+
+    def read(file: Path) -> Any:
+        try:
+            return torch.load(file, weights_only=True)
+        except FileNotFoundError:
+            raise
+        except Exception as e:  # torch raises several types for damaged files
+            raise ValueError(f"{file} is truncated or corrupt: {e}") from None
+
+    for _ in range(_READS):
+        state = read_committed(path, TRAIN_STATE, read,
+                               f"{path} has no {TRAIN_STATE}: nothing to resume")
+        step = weights_step(path)  # read after the state: of its save, or a newer one
+        if isinstance(state, dict) and state.get("step") == step:
+            break
+    _check_train_state(state, path / TRAIN_STATE)
+    if state["step"] != step:
+        raise _mixed(path, "the training state", state["step"], step)
+    if optimizer is not None:
+        _load_optimizer(optimizer, state["optimizer"], path / TRAIN_STATE)
     return state
+
+
+def _check_train_state(state: Any, file: Path) -> None:
+    """A ValueError naming file unless state has the types that resuming reads."""
+    def fail(what: str) -> ValueError:
+        return ValueError(f"{file} is not a pygpt training state: {what}")
+
+    if not isinstance(state, dict):
+        raise fail(f"expected a dict, got {type(state).__name__}")
+    missing = [key for key in ("step", "optimizer", "data_rng", "torch_rng") if key not in state]
+    if missing:
+        raise fail(f"missing {', '.join(missing)}")
+    for key in ("step", "tokens"):
+        if key in state and (type(state[key]) is not int or state[key] < 0):
+            raise fail(f"{key} must be a count, got {state[key]!r}")
+    for key in ("data_rng", "torch_rng"):
+        try:
+            torch.Generator().set_state(state[key])
+        except (TypeError, RuntimeError) as e:
+            raise fail(f"{key} is no random generator state ({str(e).splitlines()[0]})") from None
+    optim = state["optimizer"]
+    groups = optim.get("param_groups") if isinstance(optim, dict) else None
+    if not (isinstance(groups, list) and isinstance(optim.get("state"), dict) and all(
+            isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)):
+        raise fail("optimizer must be an optimizer's state_dict (state, param_groups)")
+
+
+def _load_optimizer(optimizer: torch.optim.Optimizer, saved: dict[str, Any], file: Path) -> None:
+    """Loads saved into optimizer after checking that it fits: the same groups of parameters,
+    and every saved state tensor (moments) of its parameter's shape, in floating point."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    sizes = [len(g["params"]) for g in optimizer.param_groups]
+    if [len(g["params"]) for g in saved["param_groups"]] != sizes:
+        raise ValueError(f"{file}: the optimizer state does not have the model's groups of "
+                         f"{sizes} parameters")
+    for index, entry in saved["state"].items():
+        if type(index) is not int or not 0 <= index < len(params) or not isinstance(entry, dict):
+            raise ValueError(f"{file}: the optimizer state has an entry {index!r} for no "
+                             "parameter of the model")
+        for key, t in entry.items():
+            if not isinstance(t, torch.Tensor) or (t.dim() > 0 and (
+                    t.shape != params[index].shape or not t.is_floating_point())):
+                raise ValueError(f"{file}: the optimizer's {key} of parameter {index} does not "
+                                 f"fit its shape {tuple(params[index].shape)}")
+    try:
+        optimizer.load_state_dict(saved)
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise ValueError(f"{file}: the optimizer state does not fit the model: {e}") from None

@@ -3,6 +3,7 @@ named presets. Every field is a command-line flag of `python -m pygpt.train`."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
@@ -176,7 +177,9 @@ class TrainConfig:
     optimizer: Literal["adamw", "sgd"] = opt("adamw", "optimizer")
     lr: float = opt(1e-3, "peak learning rate")
     min_lr: float = opt(0.0, "learning rate at the end of the decay")
-    warmup_iters: int = opt(100, "steps of linear warmup from 0 to --lr")
+    warmup_iters: int = opt(100, "steps of linear warmup from 0 to --lr (a warning when it "
+                                 "takes over a third of the schedule: a run of --max-iters "
+                                 "100 would be all warmup, with no decay)")
     schedule: Literal["cosine", "wsd", "constant"] = opt(
         "wsd", "after warmup: cosine decay to --min-lr; wsd: hold --lr, then decay linearly "
                   "to --min-lr over the last --cooldown-frac of the run; or constant")
@@ -190,7 +193,9 @@ class TrainConfig:
     eval_interval: int = opt(250, "steps between evaluations (and checkpoints)")
     eval_iters: int = opt(40, "batches per split per evaluation")
     seed: int = opt(1337, "seed for initialisation, data order and dropout")
-    threads: Optional[int] = opt(None, "torch intra-op threads (default: torch's choice)")
+    threads: Optional[int] = opt(None, "torch intra-op threads (default: half the CPUs this "
+                                       "process may use, at least 1; torch's own default, all of "
+                                       "them, collapses when another busy process shares them)")
     kernels: Literal[KERNEL_SETS] = opt("ext", "our C++ kernels, or plain PyTorch ops")
     compile: bool = opt(False, "train through torch.compile (our ops compile without graph "
                                "breaks)")
@@ -198,9 +203,18 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        for name in ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters"):
-            if getattr(self, name) < 1:
+        for name in ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters",
+                     "threads", "lr_decay_iters"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.warmup_iters < 0:
+            raise ValueError(f"warmup_iters must not be negative, got {self.warmup_iters}")
+        for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)}")
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if not 0.0 <= self.cooldown_frac <= 1.0:
             raise ValueError(f"cooldown_frac must be in [0, 1], got {self.cooldown_frac}")
 

@@ -1,14 +1,18 @@
 """Training text: reading it (UTF-8 only, piece by piece), tokenizing it once into a
 memory-mapped token file cached beside the data, the 90/10 train/val split, and random context
 windows as batches. A text larger than memory is never held in RAM: it is hashed, tokenized and
-written in chunks, and training reads windows straight from the mapped file. The tiny-Shakespeare
-text (public domain) ships inside the package."""
+written in chunks, and training reads windows straight from the mapped file. A cache records its
+length and a digest of its bytes, checked whenever it is mapped: a truncated or damaged cache is
+rebuilt, never used. Writing a new cache removes those of earlier contents of the same file, so
+they do not pile up. The tiny-Shakespeare text (public domain) ships inside the package."""
 from __future__ import annotations
 
 import codecs
 import hashlib
 import json
 import os
+import re
+import sys
 from pathlib import Path
 from typing import Iterator, NamedTuple, Optional, Union
 
@@ -26,14 +30,30 @@ def data_path(path: Optional[Union[str, Path]]) -> Path:
     return Path(path) if path is not None else SHIPPED_TEXT
 
 
+def check_data_file(path: Optional[Union[str, Path]], flag: str = "--data") -> Path:
+    """The data file's path (the shipped corpus when path is None), checked to be a readable,
+    non-empty file: what a run can verify before it starts."""
+    path = data_path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; {flag} takes a text file")
+    try:
+        with open(path, "rb") as f:
+            empty = not f.read(1)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no data file at {path}") from None
+    except OSError as e:
+        raise ValueError(f"cannot read {flag} {path}: {e.strerror or e}") from None
+    if empty:
+        raise ValueError(f"{path} is empty")
+    return path
+
+
 def read_chunks(path: Optional[Union[str, Path]] = None) -> Iterator[str]:
     """The text of a UTF-8 file (the shipped corpus when path is None), in chunks of about a
     megabyte that end at a line break where possible (so BPE never sees a word cut in two)."""
-    path = data_path(path)
-    if path.is_dir():
-        raise ValueError(f"{path} is a directory; --data takes a text file")
+    path = check_data_file(path)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
-    offset, carry, empty = 0, "", True
+    offset, carry = 0, ""
     try:
         with open(path, "rb") as f:
             while True:
@@ -51,16 +71,12 @@ def read_chunks(path: Optional[Union[str, Path]] = None) -> Iterator[str]:
                     break
                 cut = text.rfind("\n") + 1 or len(text)
                 if text[:cut]:
-                    empty = False
                     yield text[:cut]
                 carry = text[cut:]
-    except FileNotFoundError:
+    except FileNotFoundError:  # removed since it was checked
         raise FileNotFoundError(f"no data file at {path}") from None
     if carry:
-        empty = False
         yield carry
-    if empty:
-        raise ValueError(f"{path} is empty")
 
 
 def read_text(path: Optional[Union[str, Path]] = None) -> str:
@@ -92,24 +108,59 @@ class TokenFile:
         path = data_path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no data file at {path}")
-        key = (_file_hash(path)[:16] + "-" +
-               hashlib.sha256(tokenizer.to_json().encode("utf-8")).hexdigest()[:16])
+        content = _file_hash(path)[:16]
+        key = content + "-" + hashlib.sha256(tokenizer.to_json().encode("utf-8")).hexdigest()[:16]
         dtype = np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32
         name = f".{path.name}.{key}.tokens.{np.dtype(dtype).name}"
         for folder in (path.parent, USER_CACHE):
-            cached, meta = folder / name, folder / (name + ".json")
-            if cached.exists() and meta.exists():
-                n_chars = json.loads(meta.read_text(encoding="utf-8"))["chars"]
-                return cls(np.memmap(cached, dtype=dtype, mode="r"), n_chars)
+            found = _map_cache(folder / name, dtype)
+            if found is not None:
+                return cls(*found)
         for folder in (path.parent, USER_CACHE):  # beside the data, or the user cache if read-only
             try:
                 folder.mkdir(parents=True, exist_ok=True)
                 n_chars = _tokenize_to(path, tokenizer, dtype, folder / name)
-                atomic_write_text(folder / (name + ".json"), json.dumps({"chars": n_chars}))
-                return cls(np.memmap(folder / name, dtype=dtype, mode="r"), n_chars)
+                tokens = np.memmap(folder / name, dtype=dtype, mode="r")
+                atomic_write_text(folder / (name + ".json"), json.dumps(
+                    {"chars": n_chars, "tokens": len(tokens), "sha256": _file_hash(folder / name)}))
+                _remove_stale_caches(folder, path.name, content)
+                return cls(tokens, n_chars)
             except PermissionError:
                 continue
         raise PermissionError(f"cannot write a token cache beside {path} nor in {USER_CACHE}")
+
+
+def _map_cache(cached: Path, dtype) -> Optional[tuple[np.ndarray, int]]:
+    """The tokens and character count of a cache, None if there is none or it does not match
+    the length and digest its metadata records (truncated, damaged, or from a pygpt that did
+    not record them): then it is rebuilt."""
+    meta_path = cached.with_name(cached.name + ".json")
+    if not (cached.exists() and meta_path.exists()):
+        return None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        whole = (cached.stat().st_size == meta["tokens"] * np.dtype(dtype).itemsize
+                 and _file_hash(cached) == meta["sha256"])
+        n_chars = int(meta["chars"])
+    except (OSError, ValueError, KeyError, TypeError):
+        whole = False
+    if not whole:
+        print(f"warning: the token cache {cached} is truncated, damaged or from an older pygpt; "
+              "tokenizing the data again", file=sys.stderr)
+        return None
+    return np.memmap(cached, dtype=dtype, mode="r"), n_chars
+
+
+def _remove_stale_caches(folder: Path, data_name: str, content: str) -> None:
+    """Removes the caches (tokens and metadata) of the data file named data_name whose content
+    hash is not `content`: those of its earlier contents. (In the user cache, a file of the same
+    name from another folder loses its cache too, and is tokenized again when next used.)"""
+    pattern = re.compile(re.escape(f".{data_name}.") +
+                         r"(?P<content>[0-9a-f]{16})-[0-9a-f]{16}\.tokens\.uint(16|32)(\.json)?")
+    for entry in folder.iterdir():
+        match = pattern.fullmatch(entry.name)
+        if match is not None and match["content"] != content:
+            entry.unlink(missing_ok=True)
 
 
 def _tokenize_to(path: Path, tokenizer, dtype, out: Path) -> int:

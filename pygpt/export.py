@@ -6,13 +6,14 @@ Optimum use: inputs `input_ids` (batch, seq) and `past_key_values.{i}.key` / `.v
 `.value` (batch, heads, past + seq, head_dim). Batch, sequence and past length are dynamic; a past
 of length 0 is the prefill, and positions are derived from the past length, so a decode step at
 any offset is right. Beside it: `tokenizer.json`, and `runner.json` with what the runner needs.
+The --out folder must be new, empty or an earlier export (never the checkpoint's own folder).
 `--quantize int8` also writes `model.int8.onnx` (weights quantized by onnxruntime's own tooling).
 
 pygpt's custom ops are translated to standard ONNX ops (attention into MatMul/Softmax with the
 bottom-right causal mask, layer norm into LayerNormalization), so the graph runs in stock
 onnxruntime with no custom-op library. The export is checked against PyTorch before anything is
-written, and all files are written to a temporary folder first and moved into place at the end:
-a failed export leaves no half-written file.
+written, and the folder changes as a whole (pygpt.onnx_graph.write_export): a failed or killed
+export leaves the earlier export or the new one, never a mix.
 
 A BERT checkpoint (pretrained, or fine-tuned to classify) is exported by pygpt.export_bert:
 inputs `input_ids`, `attention_mask`, `token_type_ids` (batch, seq), output `logits`.
@@ -28,9 +29,11 @@ import torch
 from pygpt import checkpoint
 from pygpt.decoding import window_keep
 from pygpt.export_bert import export_bert
+from pygpt.io import committed_path, is_leftover
 from pygpt.models import BERT, GPT
 from pygpt.nn import KVCache
 from pygpt.onnx_graph import OPSET, TRANSLATIONS, to_onnx, write_export
+from pygpt.run_files import CONFIG, RUNNER_CONFIG, WEIGHTS
 
 __all__ = ["OPSET", "TRANSLATIONS", "export", "main"]
 Past = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (keys, values)
@@ -101,12 +104,32 @@ def _check_against_torch(model: GPT, path: Path, tol: float = 1e-4) -> None:
         ids, past = ids[:, -1:], cache.tensors()
 
 
+def check_out(ckpt: Path, out: Path) -> None:
+    """Refuses an --out where the export would mix with other files: the checkpoint folder, a
+    folder holding a checkpoint, or one holding anything but a previous pygpt export."""
+    if out.resolve() == ckpt.resolve():
+        raise ValueError(f"--out {out} is the checkpoint folder itself; the export needs a "
+                         f"folder of its own (default: {ckpt / 'onnx'})")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")
+    if any(committed_path(out, name).exists() for name in (CONFIG, WEIGHTS)):
+        raise ValueError(f"--out {out} holds a checkpoint; export into a folder of its own")
+    held = [p.name for p in out.iterdir() if not is_leftover(p.name)]
+    if held and not committed_path(out, RUNNER_CONFIG).exists():
+        raise ValueError(f"--out {out} is not empty and holds no pygpt export (no "
+                         f"{RUNNER_CONFIG}); export into a new or empty folder, or over an "
+                         "earlier export")
+
+
 def export(ckpt: Union[str, Path], out_dir: Union[str, Path],
            quantize: Optional[str] = None) -> list[Path]:
     """Exports the checkpoint folder ckpt (a GPT, or a BERT: see pygpt.export_bert) into
     out_dir; returns the files written."""
     if quantize not in (None, "int8"):
         raise ValueError(f"--quantize supports only int8, got {quantize!r}")
+    check_out(Path(ckpt), Path(out_dir))
     model, tokenizer = checkpoint.load(ckpt, kernels="ext")
     if isinstance(model, BERT):
         return export_bert(model, tokenizer, checkpoint.load_labels(ckpt), out_dir, quantize)
@@ -134,6 +157,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         written = export(args.ckpt, args.out or Path(args.ckpt) / "onnx", args.quantize)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         raise SystemExit(f"error: {e}") from None
+    except OSError as e:  # e.g. an --out that cannot be written
+        raise SystemExit(f"error: {e.filename or args.out}: {e.strerror or e}") from None
     for path in written:
         print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
 

@@ -7,7 +7,9 @@ block_size) are dynamic. The graph turns the mask into per-row lengths, sum(atte
 which our attention op takes (the translation builds the padding mask from them), so it is
 exactly BERT.forward(input_ids, token_type_ids, lengths). Checked against PyTorch on padded
 batches before anything is written; `runner.json` tells export/run_onnx.py the task, labels and
-special tokens."""
+special tokens.
+
+The folder is written by pygpt.onnx_graph.write_export, as a whole."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,16 +1,13 @@
 """pygpt's ONNX graph building, shared by the GPT and BERT exports: the translations of our custom
 ops to standard ONNX ops (attention into MatMul/Softmax with its mask built in the graph, layer
 norm into LayerNormalization), so a graph runs in stock onnxruntime with no custom-op library;
-the dynamo export call; int8 weight quantization; and writing an export folder atomically
-(every file staged in a temporary folder, moved into place only once all are written), with
-the runner.json that export/run_onnx.py reads."""
+the dynamo export call; int8 weight quantization; and writing an export folder as a whole (pygpt.io.FolderWrite,
+runner.json the index: removed first and moved in last), so a failed or killed export leaves the
+previous export or the new one, never a mix."""
 from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable, Optional
@@ -18,6 +15,7 @@ from typing import Callable, Optional
 import torch
 from onnxscript import opset18 as op
 
+from pygpt.io import FolderWrite
 from pygpt.run_files import ONNX_FP32, ONNX_INT8, RUNNER_CONFIG, TOKENIZER
 
 OPSET = 18
@@ -124,32 +122,31 @@ def quantize_int8(src: Path, dst: Path) -> None:
     quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
 
 
+def _not_the_torchvision_notice(record: logging.LogRecord) -> bool:
+    """False for the exporter's notice that torchvision (whose ops we never export) is missing,
+    printed once per torchvision op; every other record passes."""
+    return not str(record.msg).startswith("torchvision is not installed")
+
+
 def write_export(out_dir: Path, build: Callable[[Path], None], check: Callable[[Path], None],
                  quantize: Optional[str], tokenizer, runner_config: dict) -> list[Path]:
-    """Writes an export folder: build(path) writes the fp32 model, check(path) raises if it
-    disagrees with PyTorch, then the int8 model (quantize "int8"), the tokenizer, and
-    runner.json (runner_config with the files' names added). Everything is staged in a fresh
-    folder inside out_dir and moved into place at the end; if anything fails, nothing is left.
+    """Writes an export folder as a whole: build(path) writes the fp32 model, check(path) raises
+    if it disagrees with PyTorch, then the int8 model (quantize "int8", else a previous one is
+    removed), the tokenizer, and runner.json (runner_config with the files' names added).
     Returns the paths written."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
-    try:
-        build(staging / ONNX_FP32)
-        check(staging / ONNX_FP32)
-        models = {"fp32": ONNX_FP32}
+    logging.getLogger("torch.onnx._internal.exporter._registration").addFilter(
+        _not_the_torchvision_notice)
+    models = {"fp32": ONNX_FP32, **({"int8": ONNX_INT8} if quantize == "int8" else {})}
+    config = {"format": 1, "family": runner_config["family"], "task": runner_config["task"],
+              "models": models, "tokenizer": {"kind": tokenizer.kind, "file": TOKENIZER},
+              "special_tokens": tokenizer.special_tokens, "opset": OPSET,
+              **{k: v for k, v in runner_config.items() if k not in ("family", "task")}}
+    with FolderWrite(out_dir, index=RUNNER_CONFIG, remove=[ONNX_INT8]) as change:
+        check(change.write(ONNX_FP32, build))
         if quantize == "int8":
-            quantize_int8(staging / ONNX_FP32, staging / ONNX_INT8)
-            models["int8"] = ONNX_INT8
-        tokenizer.save(staging / TOKENIZER)
-        config = {"format": 1, "family": runner_config.pop("family"),
-                  "task": runner_config.pop("task"), "models": models,
-                  "tokenizer": {"kind": tokenizer.kind, "file": TOKENIZER},
-                  "special_tokens": tokenizer.special_tokens, "opset": OPSET, **runner_config}
-        (staging / RUNNER_CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
-        names = [*models.values(), TOKENIZER, RUNNER_CONFIG]
-        for name in names:
-            os.replace(staging / name, out / name)
-        return [out / name for name in names]
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+            change.write(ONNX_INT8, lambda path: quantize_int8(change.path(ONNX_FP32), path))
+        change.write(TOKENIZER, lambda path: path.write_text(tokenizer.to_json(),
+                                                             encoding="utf-8"))
+        change.write(RUNNER_CONFIG, lambda path: path.write_text(json.dumps(config, indent=2),
+                                                                 encoding="utf-8"))
+    return change.files()

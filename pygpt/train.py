@@ -1,14 +1,21 @@
 """`python -m pygpt.train`: trains a model on a text file (by default the tiny-Shakespeare text
 shipped in the package) and writes a checkpoint folder that pygpt.generate, pygpt.load and the
 ONNX exporter read. This module is the command line: flags, presets, --resume and --init-from
-checks; the loop itself is pygpt.training.
+checks, the run folder (pygpt.training.run_folder: locked, and never mixing two runs' files) and
+the exit status (0; 1 with one `error:` line; 130 or 143 after a Ctrl-C or SIGTERM stopped and
+saved the run); the loop itself is pygpt.training. Everything a run can check (flags, data files,
+the folder) is checked before anything in the folder is deleted or written.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
+import shlex
+import signal
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -16,8 +23,11 @@ from pygpt import checkpoint
 from pygpt.cli import add_dataclass_flags, overrides
 from pygpt.config import (CLASSIFY_PRESET, DEFAULT_PRESETS, PRESETS, ModelConfig, TrainConfig,
                           config_from_dict, preset)
-from pygpt.run_files import CONFIG, METRICS, WEIGHTS
+from pygpt.data import check_data_file
+from pygpt.run_files import CONFIG
 from pygpt.training import train
+from pygpt.training.run_folder import RunFolder
+from pygpt.training.stop import StopRequest
 
 DEFAULT_BPE_VOCAB = 1024
 
@@ -29,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "pretraining) on a text file with pygpt's kernels, or fine-tune a BERT to "
                     "classify labelled texts (--task classify --init-from runs/bert --data "
                     "train.tsv). Flags not given come from the preset (or, with --resume, from "
-                    "the checkpoint being continued).",
+                    "the checkpoint being continued). A run locks --out (a second run into it "
+                    "is refused); Ctrl-C or SIGTERM finishes the step, saves and exits (130, "
+                    "143), a second Ctrl-C interrupts; a nan or inf loss stops the run (exit 1) "
+                    "before anything is saved.",
         epilog="presets: " + "; ".join(
             f"{name}: {p.model.n_layer} layers, {p.model.n_head} heads, {p.model.n_embd} wide, "
             f"context {p.model.block_size}, batch {p.train.batch_size}, {p.train.max_iters} iters"
@@ -41,8 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true",
                         help="continue the run saved in --out (exactly where it stopped)")
     parser.add_argument("--overwrite", action="store_true",
-                        help="start a new run even if --out already holds a checkpoint")
+                        help="start a new run in an --out that is not empty: the files of the "
+                             "run there (checkpoint, metrics, plot) are deleted once every check "
+                             "passed and the data is ready; other files are left alone. Without "
+                             "it a new run needs an empty or new folder")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--json", action="store_true",
+                        help="end with the last metrics as one JSON line instead of a sentence")
     add_dataclass_flags(parser, ModelConfig, "model")
     add_dataclass_flags(parser, TrainConfig, "training")
     return parser
@@ -63,18 +81,15 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
             raise ValueError(f"{out / CONFIG}: cannot resume: {e}") from None
         # The folder being resumed is where the run continues, wherever it was first written.
         train_flags.setdefault("out", str(out))
-        return model_cfg, dataclasses.replace(saved_train, **train_flags)
+        return model_cfg, _absolute_paths(dataclasses.replace(saved_train, **train_flags))
     init_from = train_flags.get("init_from")
     if init_from is not None and Path(init_from).resolve() == out.resolve():
         raise SystemExit("--init-from and --out must differ: the source checkpoint is never "
                          "modified; fine-tuning writes its own folder")
-    if (out / WEIGHTS).exists() and not args.overwrite:
-        raise SystemExit(f"{out} already holds a checkpoint; pass --resume to continue it, "
-                         "--overwrite to start over, or --out to train elsewhere")
     task = train_flags.get("task", preset(args.preset).train.task if args.preset else "pretrain")
     base = preset(args.preset or (CLASSIFY_PRESET if task == "classify" else
                                   DEFAULT_PRESETS[model_flags.get("arch", "gpt")]))
-    train_cfg = dataclasses.replace(base.train, **train_flags)
+    train_cfg = _absolute_paths(dataclasses.replace(base.train, **train_flags))
     _check_task(train_cfg, model_flags)
     if train_cfg.init_from is not None:
         model_cfg = _fine_tune_model(train_cfg, model_flags, train_flags)
@@ -88,6 +103,14 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
     if train_cfg.tokenizer != "char" and base.train.tokenizer == "char":
         model_flags.setdefault("vocab_size", DEFAULT_BPE_VOCAB)  # the preset's is a char count
     return dataclasses.replace(base.model, **model_flags), train_cfg
+
+
+def _absolute_paths(cfg: TrainConfig) -> TrainConfig:
+    """cfg with its input paths made absolute, as config.json records them: a --resume from
+    another directory reads the same files. (No --data stays None: the shipped text.)"""
+    return dataclasses.replace(cfg, **{name: os.path.abspath(getattr(cfg, name))
+                                       for name in ("data", "val_data", "init_from")
+                                       if getattr(cfg, name) is not None})
 
 
 def _check_task(train_cfg: TrainConfig, model_flags: dict[str, Any]) -> None:
@@ -123,17 +146,51 @@ def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any],
     return dataclasses.replace(model_cfg, **model_flags)
 
 
+def next_step(model_cfg: ModelConfig, train_cfg: TrainConfig, result: dict[str, Any]) -> str:
+    """The line a run ends with: where its checkpoint is, its val loss, and what to run next."""
+    ckpt = shlex.quote(train_cfg.out)
+    if train_cfg.task == "classify" or model_cfg.num_labels:
+        command = f"python -m pygpt.classify --ckpt {ckpt} --text 'a text to classify'"
+    elif model_cfg.arch == "bert":
+        command = (f"python -m pygpt.fill_mask --ckpt {ckpt} "
+                   "--text 'To be, or not to be: that is the [MASK]'")
+    else:
+        command = f"python -m pygpt.generate --ckpt {ckpt} --prompt 'ROMEO:'"
+    if "val_loss" not in result:
+        done = (f"nothing to train: {train_cfg.out} is at step {result['step']} and --max-iters "
+                f"is {train_cfg.max_iters}")
+    else:
+        done = (f"checkpoint of step {result['step']} in {train_cfg.out}, val loss "
+                f"{result['val_loss']:.4f}")
+    return f"{done}; next: {command}"
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     args = build_parser().parse_args(argv)
+    is_main = os.environ.get("RANK", "0") == "0"  # only rank 0 of torchrun owns the folder
+    stop = StopRequest()
     try:
         model_cfg, train_cfg = configs_from_args(args)
-        if args.overwrite and not args.resume:
-            (Path(train_cfg.out) / METRICS).unlink(missing_ok=True)
-        result = train(model_cfg, train_cfg, resume=args.resume, progress=not args.quiet)
+        check_data_file(train_cfg.data)
+        if train_cfg.val_data is not None:
+            check_data_file(train_cfg.val_data, "--val-data")
+        with (RunFolder(train_cfg.out) if is_main else contextlib.nullcontext()) as folder:
+            fresh = folder is not None and not args.resume
+            if fresh:
+                folder.check_new_run(args.overwrite)
+            result = train(model_cfg, train_cfg, resume=args.resume, progress=not args.quiet,
+                           stop=stop,
+                           on_ready=folder.clear_run_files if fresh and args.overwrite else None)
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"error: {e}") from None
-    if os.environ.get("RANK", "0") == "0":
-        print(json.dumps(result))
+    except KeyboardInterrupt:  # a second Ctrl-C (or one before training began)
+        print("interrupted: the last checkpoint saved (if any) is intact; continue it with "
+              "--resume", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from None
+    if is_main:
+        print(json.dumps(result) if args.json else next_step(model_cfg, train_cfg, result))
+    if stop.requested:
+        raise SystemExit(stop.exit_status)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ def train_cli(args):
     """Runs `python -m pygpt.train ARGS` in-process; returns the result line it prints."""
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        pygpt.train.main(args)
+        pygpt.train.main(args + ["--json"])
     return json.loads(buf.getvalue().strip().splitlines()[-1])
 
 

@@ -32,6 +32,10 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FORMAT1 = ["gpt-format1", "seed-format1"]
 
 
+def WEIGHTS_MODE(folder, name=WEIGHTS):
+    return (folder / name).stat().st_mode & 0o777
+
+
 # --- round trip and format --------------------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ["default", "sinusoidal-untied", "seed"])
@@ -50,7 +54,9 @@ def test_checkpoint_round_trip(tmp_path, arch):
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)
     out = tmp_path / "ckpt"
-    checkpoint.save(out, model, tokenizer, TrainConfig(out=str(out)), state={"x": 1}, step=42)
+    state = {"optimizer": make_optimizer(model, TrainConfig()).state_dict(), "tokens": 5,
+             "data_rng": torch.Generator().get_state(), "torch_rng": torch.get_rng_state()}
+    checkpoint.save(out, model, tokenizer, TrainConfig(out=str(out)), state=state, step=42)
     for name in ("config.json", "tokenizer.json", "model.safetensors", "train_state.pt"):
         assert (out / name).is_file(), name
     assert not [p.name for p in out.iterdir() if ".tmp" in p.name]
@@ -72,7 +78,10 @@ def test_checkpoint_round_trip(tmp_path, arch):
     assert config["model"] == dataclasses.asdict(cfg)
     assert config["train"]["out"] == str(out)
     assert checkpoint.weights_step(out) == 42
-    assert checkpoint.load_train_state(out) == {"x": 1, "step": 42}
+    loaded_state = checkpoint.load_train_state(out)
+    assert loaded_state.keys() == {*state, "step"} and loaded_state["step"] == 42
+    assert torch.equal(loaded_state["data_rng"], state["data_rng"])
+    assert oct(WEIGHTS_MODE(out)) == oct(WEIGHTS_MODE(out, CONFIG))  # the umask's, not 0600
 
 
 def test_new_checkpoint_is_format_2_with_its_arch(ckpt):
@@ -166,7 +175,7 @@ def test_fine_tune_from_format1_checkpoint(name, tmp_path, capsys):
     data = fixture_text(tmp_path, name)
     pygpt.train.main(["--init-from", str(FIXTURES / name), "--data", str(data), "--out", str(out),
                       "--batch-size", "2", "--max-iters", "1", "--eval-interval", "1",
-                      "--eval-iters", "1", "--lr", "0", "--quiet"])
+                      "--eval-iters", "1", "--lr", "0", "--quiet", "--json"])
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["step"] == 1
     assert {p.name: p.read_bytes() for p in (FIXTURES / name).iterdir()} == before
     assert json.loads((out / CONFIG).read_text())["format"] == checkpoint.FORMAT
@@ -291,15 +300,15 @@ def test_bad_tokenizer_file(ckpt, content, error, pattern):
 
 
 def test_train_state_from_another_step(ckpt, trained, text_file):
-    """A kill between writing the weights (step 6) and the training state leaves the state of
-    step 3 beside weights of step 6: detected, never resumed."""
+    """Saves are whole, so a training state of step 3 beside weights of step 6 was put there by
+    hand: detected, never resumed."""
     (ckpt / TRAIN_STATE).write_bytes(trained[1])
-    with pytest.raises(ValueError, match=r"step 3 but the weights from step 6.*interrupted"):
+    with pytest.raises(ValueError, match=r"step 3 but the weights from step 6.*different saves"):
         checkpoint.load_train_state(ckpt)
     cfg = tiny_train_cfg(text_file, ckpt, max_iters=9)
-    with pytest.raises(ValueError, match="interrupted"):
+    with pytest.raises(ValueError, match="different saves"):
         train(TINY_MODEL, cfg, resume=True, progress=False)
-    with pytest.raises(SystemExit, match="error: .*interrupted"):
+    with pytest.raises(SystemExit, match="error: .*different saves"):
         pygpt.train.main(["--resume", "--out", str(ckpt), "--max-iters", "9", "--quiet"])
     pygpt.load(ckpt)  # the weights themselves are still usable for generation
 
@@ -341,7 +350,7 @@ def test_crash_while_saving_weights_keeps_previous(ckpt, monkeypatch):
     monkeypatch.setattr(checkpoint, "save_model", dying_save_model)
     with pytest.raises(OSError, match="No space left"):
         checkpoint.save(ckpt, model, tok, step=99)
-    assert seen and Path(seen[0]).parent == ckpt and Path(seen[0]).name != WEIGHTS
+    assert seen and Path(seen[0]).parent.parent == ckpt  # written in a staging folder
     assert weights.read_bytes() == before
     assert sorted(p.name for p in ckpt.iterdir()) == sorted(
         ["config.json", "tokenizer.json", "model.safetensors", "train_state.pt", METRICS,
@@ -354,6 +363,7 @@ def test_crash_while_saving_weights_keeps_previous(ckpt, monkeypatch):
 def test_crash_while_saving_train_state_keeps_previous(ckpt, monkeypatch):
     state = ckpt / TRAIN_STATE
     before = state.read_bytes()
+    names = [p.name for p in ckpt.iterdir()]
     model, tok = pygpt.load(ckpt)
     real_torch_save = torch.save
 
@@ -367,10 +377,9 @@ def test_crash_while_saving_train_state_keeps_previous(ckpt, monkeypatch):
         checkpoint.save(ckpt, model, tok, state={"optimizer": {}}, step=7)
     monkeypatch.undo()
     assert state.read_bytes() == before
-    assert not [p.name for p in ckpt.iterdir() if ".tmp" in p.name]
-    # The weights (step 7) were written but the state was not: the mismatch is detected.
-    with pytest.raises(ValueError, match="interrupted"):
-        checkpoint.load_train_state(ckpt)
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted(names)  # nothing staged is left
+    # The weights of step 7 were staged but never committed: step 6 is whole and resumes.
+    assert checkpoint.weights_step(ckpt) == 6 == checkpoint.load_train_state(ckpt)["step"]
 
 
 def test_atomic_write_replaces_whole_or_nothing(tmp_path):
@@ -388,3 +397,116 @@ def test_atomic_write_replaces_whole_or_nothing(tmp_path):
     atomic_write(target, lambda tmp: tmp.write_bytes(b"new contents"))
     assert target.read_bytes() == b"new contents"
     assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]
+
+
+# --- saves as a whole (pygpt.io.FolderWrite), and damaged training states --------------------
+
+def snapshot(folder):
+    """Every path under folder with its bytes: to prove a reader wrote nothing."""
+    return {p: p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+def test_a_committed_save_reads_whole_before_it_is_moved_in(ckpt):
+    """A save killed after its commit but before it moved its files: every reader sees the new
+    checkpoint (from staging, writing nothing: a reader may not be allowed to), and recover
+    moves it into place."""
+    model, tok = pygpt.load(ckpt)
+    with torch.no_grad():
+        model.embed.pos.weight.add_(1.0)
+    copy = ckpt.parent / "copy"
+    state = checkpoint.load_train_state(ckpt)
+    checkpoint.save(copy, model, tok, state=state, step=7)
+    staging = ckpt / ".staging-1"
+    shutil.copytree(copy, staging)
+    (staging / "COMMITTED").write_text(json.dumps(
+        {"written": [WEIGHTS, TRAIN_STATE, TOKENIZER, CONFIG], "remove": ["labels.json"],
+         "index": CONFIG, "time_ns": 1}))
+    (staging / WEIGHTS).rename(ckpt / WEIGHTS)  # the first file was moved before the kill
+    before = snapshot(ckpt)
+    assert checkpoint.read_config(ckpt)["step"] == 7 == checkpoint.weights_step(ckpt)
+    assert checkpoint.load_train_state(ckpt)["step"] == 7
+    state_dicts_equal(checkpoint.load(ckpt)[0].state_dict(), model.state_dict())
+    assert snapshot(ckpt) == before
+    checkpoint.recover(ckpt)
+    assert not staging.exists() and json.loads((ckpt / CONFIG).read_text())["step"] == 7
+    state_dicts_equal(checkpoint.load(ckpt)[0].state_dict(), model.state_dict())
+
+
+def test_an_uncommitted_save_is_discarded(ckpt):
+    staging = ckpt / ".staging-1"
+    staging.mkdir()
+    (staging / WEIGHTS).write_bytes(b"half a file")
+    (ckpt / f".{CONFIG}.tmp-1").write_text("{")  # a killed atomic write
+    assert checkpoint.weights_step(ckpt) == 6
+    checkpoint.recover(ckpt)
+    assert not staging.exists() and not (ckpt / f".{CONFIG}.tmp-1").exists()
+    pygpt.load(ckpt)
+
+
+def test_a_save_without_training_state_removes_the_old_one(ckpt):
+    model, tok = pygpt.load(ckpt)
+    checkpoint.save(ckpt, model, tok, step=8)
+    assert not (ckpt / TRAIN_STATE).exists()
+    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+        checkpoint.load_train_state(ckpt)
+
+
+def test_config_and_weights_of_different_saves(ckpt, trained):
+    """config.json of step 6 beside weights of another step: files of two saves, an error."""
+    model, tok = pygpt.load(ckpt)
+    copy = ckpt.parent / "copy"
+    checkpoint.save(copy, model, tok, step=9)
+    shutil.copy(copy / WEIGHTS, ckpt / WEIGHTS)
+    with pytest.raises(ValueError, match=r"config.json is from step 6 but the weights from step "
+                                         r"9: files of different saves"):
+        pygpt.load(ckpt)
+
+
+def test_config_and_weights_with_other_shapes(ckpt):
+    """Weights whose tensors do not have the shapes of the model their metadata and config.json
+    describe (edited by hand): one line naming the tensors."""
+    from safetensors.torch import save_file
+
+    with safe_open(str(ckpt / WEIGHTS), framework="pt") as f:
+        tensors = {name: f.get_tensor(name) for name in f.keys()}
+        meta = f.metadata()
+    tensors["embed.pos.weight"] = tensors["embed.pos.weight"][:4].clone()
+    save_file(tensors, str(ckpt / WEIGHTS), metadata=meta)
+    with pytest.raises(ValueError, match=r"^\S+model.safetensors does not match config.json: "
+                                         r"embed.pos.weight \(4, 16\) \(here \(8, 16\)\)$"):
+        pygpt.load(ckpt)
+
+
+@pytest.mark.parametrize("edit, pattern", [
+    (lambda s: s.pop("optimizer"), "missing optimizer"),
+    (lambda s: s.update(step="6"), "step must be a count"),
+    (lambda s: s.update(tokens=-1), "tokens must be a count"),
+    (lambda s: s.update(data_rng=torch.zeros(3)), "data_rng is no random generator state"),
+    (lambda s: s.update(optimizer=[1, 2]), "optimizer must be an optimizer's state_dict"),
+])
+def test_hand_edited_train_state(ckpt, edit, pattern, capsys):
+    state = torch.load(ckpt / TRAIN_STATE, weights_only=True)
+    edit(state)
+    torch.save(state, ckpt / TRAIN_STATE)
+    with pytest.raises(ValueError, match=rf"{TRAIN_STATE} is not a pygpt training state: "
+                                         rf"{pattern}"):
+        checkpoint.load_train_state(ckpt)
+    with pytest.raises(SystemExit, match="^error: [^\n]*" + pattern):
+        pygpt.train.main(["--resume", "--out", str(ckpt), "--max-iters", "9", "--quiet"])
+
+
+@pytest.mark.parametrize("edit, pattern", [
+    (lambda o: o["state"][0].update(exp_avg=torch.zeros(3)), "exp_avg of parameter 0 does"),
+    (lambda o: o["state"].update({99: {}}), "an entry 99 for no parameter"),
+    (lambda o: o["param_groups"].pop(), "does not have the model's groups"),
+])
+def test_optimizer_state_that_does_not_fit(ckpt, edit, pattern):
+    """Loaded into the run's optimizer, a saved state of other shapes is a clear error, never
+    a traceback at the first step."""
+    state = torch.load(ckpt / TRAIN_STATE, weights_only=True)
+    edit(state["optimizer"])
+    torch.save(state, ckpt / TRAIN_STATE)
+    model, _ = checkpoint.load(ckpt)
+    optimizer = make_optimizer(model, TrainConfig())
+    with pytest.raises(ValueError, match=rf"{TRAIN_STATE}: the optimizer[^\n]*{pattern}"):
+        checkpoint.load_train_state(ckpt, optimizer)

@@ -40,7 +40,7 @@ def assert_every_flag_documented(parser, text):
 # --- python -m pygpt.train --------------------------------------------------------------------
 
 def run_train_cli(args, capsys):
-    pygpt.train.main(args)
+    pygpt.train.main(args + ["--json"])
     out = capsys.readouterr().out.strip().splitlines()
     return json.loads(out[-1])
 

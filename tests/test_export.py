@@ -168,3 +168,35 @@ def test_failed_export_leaves_no_file(exported, tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="disagrees"):
         exporter.export(ckpt, out)
     assert list(out.iterdir()) == []
+
+
+def test_read_only_out_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    """An --out that cannot be written is named in one line, before any exporting, and stays
+    as it was."""
+    out = tmp_path / "read-only"
+    out.mkdir()
+    out.chmod(0o555)
+    if os.geteuid() == 0:  # root writes anywhere: refuse as the kernel refuses everyone else
+        real_mkdir = os.mkdir
+
+        def mkdir(path, *args, **kwargs):
+            if Path(path).parent == out:
+                raise PermissionError(13, "Permission denied", str(path))
+            real_mkdir(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "mkdir", mkdir)
+    fixture = Path(__file__).resolve().parent / "fixtures" / "gpt-format1"
+    with pytest.raises(SystemExit, match=r"^error: \S*read-only\S*: Permission denied$"):
+        exporter.main(["--ckpt", str(fixture), "--out", str(out)])
+    assert list(out.iterdir()) == [] and capsys.readouterr().out == ""
+
+
+def test_export_prints_no_torchvision_notices(tmp_path):
+    """The exporter's notices that torchvision (never exported) is missing are filtered out; in
+    a fresh process, where they would be printed once per torchvision op."""
+    fixture = Path(__file__).resolve().parent / "fixtures" / "gpt-format1"
+    done = subprocess.run([sys.executable, "-m", "pygpt.export", "--ckpt", str(fixture),
+                           "--out", str(tmp_path / "onnx")], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert "torchvision" not in done.stderr and "wrote" in done.stdout

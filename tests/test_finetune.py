@@ -28,7 +28,7 @@ RUN = ["--eval-iters", "2", "--batch-size", "4", "--quiet"]
 def train_cli(args):
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        pygpt.train.main(args)
+        pygpt.train.main(args + ["--json"])
     return json.loads(buf.getvalue().strip().splitlines()[-1])
 
 

@@ -222,3 +222,26 @@ def test_batches_are_next_token_windows():
     assert int(y.max()) < 180  # train split only
     xv, _ = splits.batch("val", 4, torch.Generator().manual_seed(0))
     assert int(xv.min()) >= 180
+
+
+
+# --- (d) the warmup of a short run --------------------------------------------------------------
+
+def test_a_warmup_over_a_third_of_the_schedule_is_warned_about(text_file, tmp_path, capsys):
+    """The default 100 warmup steps in a 100-step run are the whole run: a warning says so (the
+    schedule itself is kept, so a resumed run still equals a straight one); a 300-step run with
+    the same warmup gets none."""
+    from pygpt.config import TrainConfig
+    from pygpt.training.optim import lr_at, warmup_warning
+
+    short = TrainConfig(max_iters=100, warmup_iters=100, lr=1e-3)
+    assert "100% of the 100-step schedule: the whole run is warmup" in warmup_warning(short)
+    assert lr_at(99, short) == 1e-3 and lr_at(98, short) < 1e-3
+    assert "50% of the 200-step" in warmup_warning(TrainConfig(max_iters=200))
+    assert "whole run" not in warmup_warning(TrainConfig(max_iters=200))
+    assert warmup_warning(TrainConfig(max_iters=300)) is None
+    assert warmup_warning(TrainConfig(max_iters=10, lr_decay_iters=300)) is None
+    assert warmup_warning(TrainConfig(max_iters=10, warmup_iters=0)) is None
+    train(TINY_MODEL, tiny_train_cfg(text_file, tmp_path / "w", max_iters=3, warmup_iters=5),
+          progress=False)
+    assert "--warmup-iters 5 is 167% of the 3-step schedule" in capsys.readouterr().err

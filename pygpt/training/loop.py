@@ -6,19 +6,21 @@ eval_interval steps the mean loss over fixed batches of both splits is logged (m
 the checkpoint saved. Resuming continues a run exactly: weights, optimizer, step, and the RNG
 states of data order and dropout all come back, so a run stopped after N steps and resumed for M
 more ends with the weights of N + M straight. (The schedule ends at lr_decay_iters, by default
-max_iters: resuming with a larger max_iters stretches the remaining schedule.) Ctrl-C stops at
-the end of the current step and saves, ready for --resume.
+max_iters: resuming with a larger max_iters stretches the remaining schedule.) Ctrl-C or SIGTERM
+stops at the end of the current step and saves, ready for --resume (pygpt.training.stop). A
+non-finite loss, gradient norm, weights or evaluation loss stops the run with Diverged before
+anything is saved (pygpt.training.step): the last checkpoint stays as it was.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
-import signal
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from tqdm import tqdm
@@ -26,16 +28,17 @@ from tqdm import tqdm
 from pygpt import checkpoint
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.data import TokenFile, read_chunks
+from pygpt.io import atomic_write_text
 from pygpt.labelled_data import read_labelled
 from pygpt.models import build
 from pygpt.plot import plot_runs
-from pygpt.run_files import LOSS_PLOT, METRICS, TOKENIZER
+from pygpt.run_files import LOSS_PLOT, METRICS
 from pygpt.mlm_data import MLMBatches
-from pygpt.tokenizer import (BPETokenizer, CharTokenizer, Tokenizer, WordPieceTokenizer,
-                             load_tokenizer)
+from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, WordPieceTokenizer
 from pygpt.training.distributed import Distributed
-from pygpt.training.optim import lr_at, make_optimizer
-from pygpt.training.step import train_step
+from pygpt.training.optim import lr_at, make_optimizer, warmup_warning
+from pygpt.training.step import Diverged, check_finite_weights, train_step
+from pygpt.training.stop import StopRequest
 from pygpt.training.tasks import (Classification, LanguageModelling, MaskedLanguageModelling,
                                   Task)
 
@@ -59,7 +62,11 @@ def evaluate(model: torch.nn.Module, task: Task, cfg: TrainConfig,
                 total[1] += count
         means = {name: value / count if count else math.nan
                  for name, (value, count) in sums.items()}
-        result.update({f"{split}_{name}": v for name, v in task.summarise(means).items()})
+        try:
+            summary = task.summarise(means)
+        except OverflowError:  # exp of a huge loss (perplexity): the weights are garbage
+            raise Diverged(f"the evaluation's {split} loss is {means.get('loss')}") from None
+        result.update({f"{split}_{name}": v for name, v in summary.items()})
     model.train()
     return result
 
@@ -68,9 +75,9 @@ def make_tokenizer(model_cfg: ModelConfig, cfg: TrainConfig, resume: bool) -> To
     """The run's own tokenizer when resuming, the source's when fine-tuning, else a new one
     learned from the data (with BERT's special tokens for a BERT)."""
     if resume:
-        return load_tokenizer(Path(cfg.out) / TOKENIZER)
+        return checkpoint.read_tokenizer(cfg.out)
     if cfg.init_from is not None:
-        return load_tokenizer(Path(cfg.init_from) / TOKENIZER)
+        return checkpoint.read_tokenizer(cfg.init_from)
     specials = model_cfg.arch == "bert"
     text = (read_chunks(cfg.data) if cfg.task == "pretrain" else  # a classifier's: its texts
             ["\n".join(t for e in read_labelled(cfg.data) for t in (e.text, e.text_pair) if t)])
@@ -101,22 +108,14 @@ def make_task(model_cfg: ModelConfig, cfg: TrainConfig, tokenizer: Tokenizer,
                              model_cfg.block_size)
 
 
-class _StopRequest:
-    """First Ctrl-C asks the loop to stop after the current step; a second one interrupts."""
-
-    def __init__(self) -> None:
-        self.requested = False
-
-    def __enter__(self) -> "_StopRequest":
-        self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, *_: Any) -> None:
-        self.requested = True
-        signal.signal(signal.SIGINT, self._previous)
-
-    def __exit__(self, *_: Any) -> None:
-        signal.signal(signal.SIGINT, self._previous)
+def default_threads() -> int:
+    """Half the CPUs this process may run on, at least 1: torch's own default (every core) spins
+    its threads at each barrier and collapses as soon as another busy process shares the cores
+    (100 baby steps beside a busy loop on a shared 2-core machine: 497-739 s at 2 threads,
+    25-102 s at 1)."""
+    cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1)
+    return max(1, cpus // 2)
 
 
 def _append_metrics(out: Path, record: dict[str, Any]) -> None:
@@ -124,20 +123,41 @@ def _append_metrics(out: Path, record: dict[str, Any]) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def _record_step(line: str) -> Optional[int]:
+    """The step of one line of metrics.jsonl; None for a line that is not a whole record (one
+    half-written when a run was killed mid-append)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    step = record.get("step") if isinstance(record, dict) else None
+    return step if isinstance(step, int) else None
+
+
 def _truncate_metrics(out: Path, step: int) -> None:
-    """Drops records past `step`, left by a run that was killed after its last checkpoint."""
+    """Drops records past `step`, left by a run that was killed after its last checkpoint, and
+    any line that is not a whole record."""
     path = out / METRICS
     if path.exists():
-        kept = [l for l in path.read_text(encoding="utf-8").splitlines()
-                if l.strip() and json.loads(l)["step"] <= step]
-        path.write_text("".join(l + "\n" for l in kept), encoding="utf-8")
+        lines = [(l, _record_step(l)) for l in
+                 path.read_text(encoding="utf-8", errors="replace").splitlines() if l.strip()]
+        kept = [l for l, s in lines if s is not None and s <= step]
+        dropped = sum(s is None for _, s in lines)
+        if dropped:
+            print(f"warning: {path}: dropped {dropped} damaged line(s)", file=sys.stderr)
+        atomic_write_text(path, "".join(l + "\n" for l in kept))
 
 
 def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
-          progress: bool = True) -> dict[str, Any]:
-    """Runs (or with resume, continues) a training run into cfg.out; returns the last metrics."""
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
+          progress: bool = True, stop: Optional[StopRequest] = None,
+          on_ready: Optional[Callable[[], None]] = None) -> dict[str, Any]:
+    """Runs (or with resume, continues) a training run into cfg.out; returns the last metrics.
+
+    stop: the StopRequest the loop watches (its signum then tells which signal stopped the run).
+    on_ready: called on rank 0 once the data, tokenizer and model are ready, before the first
+    step (pygpt.train clears an --overwrite'd folder there, after everything that can fail on
+    bad input has run). Raises Diverged if training diverges."""
+    torch.set_num_threads(cfg.threads if cfg.threads is not None else default_threads())
     out = Path(cfg.out)
     ranks = Distributed(cfg.device)
     # Rank 0 learns the tokenizer and writes the token cache; the others take both from it.
@@ -164,8 +184,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     if resume:
         loaded, _ = checkpoint.load(out, kernels=cfg.kernels, device=cfg.device)
         model.load_state_dict(loaded.state_dict())
-        state = checkpoint.load_train_state(out)
-        optimizer.load_state_dict(state["optimizer"])
+        state = checkpoint.load_train_state(out, optimizer)
         step = state["step"]
         # States saved before token counts were kept are GPT runs, whose steps are all alike.
         tokens_seen = state.get("tokens", step * cfg.batch_size * cfg.grad_accum * ranks.world
@@ -174,16 +193,30 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
         torch.set_rng_state(state["torch_rng"])
         if ranks.is_main:
             _truncate_metrics(out, step)
+    if on_ready is not None and ranks.is_main:
+        on_ready()
+    if ranks.is_main and step < cfg.max_iters and (warning := warmup_warning(cfg)):
+        print(warning, file=sys.stderr)
     if ranks.world > 1:  # each rank its own dropout masks
         torch.manual_seed(cfg.seed + 1_000_003 * ranks.rank + step)
     model.train()
     forward = ranks.wrap(model)
     forward = torch.compile(forward) if cfg.compile else forward
 
-    def save() -> None:
+    saved = step if resume else None  # the step of the checkpoint in out
+
+    def save(record: dict[str, Any]) -> None:
+        """Saves the checkpoint, unless the weights or the evaluation's losses (finite weights
+        can still be garbage: huge) are not finite."""
+        nonlocal saved
+        check_finite_weights(model)
+        for name in ("train_loss", "val_loss"):
+            if not math.isfinite(record[name]):
+                raise Diverged(f"the evaluation's {name} is {record[name]}")
         state = {"optimizer": optimizer.state_dict(), "data_rng": data_gen.get_state(),
                  "torch_rng": torch.get_rng_state(), "tokens": tokens_seen}
         checkpoint.save(out, model, tokenizer, cfg, state, step=step, labels=labels)
+        saved = step
 
     def micro_batches() -> list:
         # Every rank draws the same global batch and trains on its own slice of it, so N ranks
@@ -198,33 +231,43 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     train_time, t_start = 0.0, time.perf_counter()
     bar = tqdm(total=cfg.max_iters, initial=step, disable=not (progress and ranks.is_main),
                unit="step", dynamic_ncols=True, mininterval=0.5)
-    with _StopRequest() as stop:
-        while step < cfg.max_iters and not stop.requested:
-            t0 = time.perf_counter()
-            lr = lr_at(step, cfg)
-            batches = micro_batches()
-            loss = train_step(model, optimizer, batches, lr, cfg.grad_clip,
-                              forward=forward, no_sync=lambda skip: ranks.no_sync(forward, skip))
-            step += 1
-            step_tokens = sum(task.tokens(b) for b in batches) * ranks.world
-            tokens += step_tokens
-            dt = time.perf_counter() - t0
-            train_time += dt
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{step_tokens / dt:,.0f}", refresh=False)
-            if step % cfg.eval_interval == 0 or step == cfg.max_iters or stop.requested:
-                tokens_seen += tokens
-                last = {"step": step, "tokens": tokens_seen, "lr": lr,
-                        **evaluate(model, task, cfg, batch_size=cfg.batch_size * ranks.world),
-                        "tokens_per_s": tokens / max(train_time, 1e-9),
-                        "elapsed_s": time.perf_counter() - t_start}
-                train_time, tokens = 0.0, 0
-                if not ranks.is_main:
-                    continue
-                save()
-                _append_metrics(out, last)
-                bar.write(f"step {step}: {task.describe(last)}, "
-                          f"{last['tokens_per_s']:,.0f} tokens/s")
+    stop = stop if stop is not None else StopRequest()
+    taking = step + 1
+    try:
+        with stop:
+            while step < cfg.max_iters and not stop.requested:
+                t0, taking = time.perf_counter(), step + 1  # the step under way
+                lr = lr_at(step, cfg)
+                batches = micro_batches()
+                loss = train_step(model, optimizer, batches, lr, cfg.grad_clip, forward=forward,
+                                  no_sync=lambda skip: ranks.no_sync(forward, skip))
+                step += 1
+                step_tokens = sum(task.tokens(b) for b in batches) * ranks.world
+                tokens += step_tokens
+                dt = time.perf_counter() - t0
+                train_time += dt
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{step_tokens / dt:,.0f}",
+                                refresh=False)
+                if step % cfg.eval_interval == 0 or step == cfg.max_iters or stop.requested:
+                    tokens_seen += tokens
+                    last = {"step": step, "tokens": tokens_seen, "lr": lr,
+                            **evaluate(model, task, cfg, batch_size=cfg.batch_size * ranks.world),
+                            "tokens_per_s": tokens / max(train_time, 1e-9),
+                            "elapsed_s": time.perf_counter() - t_start}
+                    train_time, tokens = 0.0, 0
+                    if not ranks.is_main:
+                        continue
+                    save(last)
+                    _append_metrics(out, last)
+                    bar.write(f"step {step}: {task.describe(last)}, "
+                              f"{last['tokens_per_s']:,.0f} tokens/s")
+    except Diverged as e:
+        bar.close()
+        kept = (f"the checkpoint of step {saved} in {out} is unchanged" if saved is not None
+                else "nothing was saved")
+        raise Diverged(f"training diverged at step {taking}: {e}; {kept}. Try a lower --lr "
+                       f"(now {cfg.lr:g}) or a longer --warmup-iters") from None
     bar.close()
     ranks.stop()
     if ranks.is_main and (out / METRICS).exists():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 from torch import nn
@@ -9,11 +10,29 @@ from torch import nn
 from pygpt.config import TrainConfig
 
 
+def schedule_end(cfg: TrainConfig) -> int:
+    """The step where the schedule reaches cfg.min_lr: lr_decay_iters, by default max_iters."""
+    return cfg.lr_decay_iters if cfg.lr_decay_iters is not None else cfg.max_iters
+
+
+def warmup_warning(cfg: TrainConfig) -> Optional[str]:
+    """A warning when the warmup takes more than a third of the schedule (the default 100 steps
+    in a 100-step run: all of it, so the run never decays), else None. The
+    schedule is left as asked: capping the warmup would tie it to --max-iters, and a run
+    resumed with a larger --max-iters would no longer equal a straight one."""
+    end = schedule_end(cfg)
+    if cfg.warmup_iters * 3 <= end:
+        return None
+    whole = ": the whole run is warmup, with no decay" if cfg.warmup_iters >= end else ""
+    return (f"warning: --warmup-iters {cfg.warmup_iters} is {cfg.warmup_iters / end:.0%} of the "
+            f"{end}-step schedule{whole}; about a tenth (--warmup-iters {end // 10}) is usual")
+
+
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warmup to cfg.lr, then cfg.schedule down to cfg.min_lr at lr_decay_iters."""
     if step < cfg.warmup_iters:
         return cfg.lr * (step + 1) / cfg.warmup_iters
-    end = cfg.lr_decay_iters if cfg.lr_decay_iters is not None else cfg.max_iters
+    end = schedule_end(cfg)
     if cfg.schedule == "constant":
         return cfg.lr
     if step >= end:

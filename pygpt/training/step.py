@@ -1,11 +1,18 @@
-"""One optimizer step, as pygpt.train runs it and the benchmarks time it."""
+"""One optimizer step, as pygpt.train runs it and the benchmarks time it, with the divergence
+guard: a step whose loss or gradient norm is not finite (nan or inf) raises Diverged before the
+optimizer touches the weights, so a diverged run never turns finite weights into garbage."""
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Callable, ContextManager, NamedTuple, Optional, Sequence
 
 import torch
 from torch import nn
+
+
+class Diverged(ValueError):
+    """Training produced a non-finite loss, gradient norm or weights."""
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -14,7 +21,8 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
                no_sync: Optional[Callable[[bool], ContextManager]] = None) -> float:
     """Sets the learning rate, runs forward and backward over the micro-batches (gradients
     accumulate their mean loss), clips the global gradient norm to grad_clip (0: off), steps and
-    clears the gradients. Returns the step's loss.
+    clears the gradients. Returns the step's loss; raises Diverged (the weights and optimizer
+    state untouched, the gradients cleared) if the loss or the gradient norm is not finite.
 
     A micro-batch is a NamedTuple of the forward's keyword arguments (a task's batch).
     forward: what computes the loss, `forward(**batch).loss` (default the model; pass its
@@ -31,7 +39,22 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
             loss.backward()
         total += loss.item()
     if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()
+                                              if p.grad is not None])
+    if not (math.isfinite(total) and math.isfinite(norm.item())):
+        optimizer.zero_grad(set_to_none=True)
+        raise Diverged(f"the loss is {total:.4g} and the gradient norm {norm.item():.4g}")
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return total
+
+
+def check_finite_weights(model: nn.Module) -> None:
+    """Raises Diverged naming the first parameter that holds a nan or inf (the optimizer can
+    step finite gradients into non-finite weights, e.g. with a huge learning rate)."""
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+        raise Diverged(f"the weights of {bad[0]}{more} are not finite")
