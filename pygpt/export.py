@@ -16,7 +16,9 @@ written, and the folder changes as a whole (pygpt.onnx_graph.write_export): a fa
 export leaves the earlier export or the new one, never a mix.
 
 A BERT checkpoint (pretrained, or fine-tuned to classify) is exported by pygpt.export_bert:
-inputs `input_ids`, `attention_mask`, `token_type_ids` (batch, seq), output `logits`.
+inputs `input_ids`, `attention_mask`, `token_type_ids` (batch, seq), output `logits`. An
+encoder-decoder (seq2seq) is exported by pygpt.export_seq2seq as an encoder and two decoder graphs,
+run by export/onnx_translate.py.
 """
 from __future__ import annotations
 
@@ -30,10 +32,11 @@ from pygpt import checkpoint
 from pygpt.decoding import window_keep
 from pygpt.export_bert import export_bert
 from pygpt.io import committed_path, is_leftover
-from pygpt.models import BERT, GPT
+from pygpt.export_seq2seq import export_seq2seq_model
+from pygpt.models import BERT, GPT, Seq2Seq
 from pygpt.nn import KVCache
-from pygpt.onnx_graph import OPSET, TRANSLATIONS, to_onnx, write_export
-from pygpt.run_files import CONFIG, RUNNER_CONFIG, WEIGHTS
+from pygpt.onnx_graph import OPSET, TRANSLATIONS, models_entry, to_onnx, write_export
+from pygpt.run_files import CONFIG, ONNX_FP32, RUNNER_CONFIG, WEIGHTS
 
 __all__ = ["OPSET", "TRANSLATIONS", "export", "main"]
 Past = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (keys, values)
@@ -133,17 +136,20 @@ def export(ckpt: Union[str, Path], out_dir: Union[str, Path],
     model, tokenizer = checkpoint.load(ckpt, kernels="ext")
     if isinstance(model, BERT):
         return export_bert(model, tokenizer, checkpoint.load_labels(ckpt), out_dir, quantize)
+    if isinstance(model, Seq2Seq):
+        return export_seq2seq_model(model, tokenizer, out_dir, quantize)
     if not isinstance(model, GPT):
         raise ValueError(f"{ckpt} holds a {model.config.arch} model; the ONNX export handles "
-                         "gpt and bert checkpoints only")
+                         "gpt, bert and seq2seq checkpoints only")
     cfg = model.config
     runner_config = {"family": "gpt", "task": "generate", "vocab_size": cfg.vocab_size,
                      "block_size": cfg.block_size, "window_keep": window_keep(cfg.block_size),
                      "n_layer": cfg.n_layer, "n_head": cfg.n_head, "head_dim": cfg.head_dim,
                      "inputs": io_names(cfg.n_layer)[0], "outputs": io_names(cfg.n_layer)[1]}
-    return write_export(Path(out_dir), lambda path: _to_onnx(model, path),
-                        lambda path: _check_against_torch(model, path), quantize, tokenizer,
-                        runner_config)
+    return write_export(Path(out_dir), {ONNX_FP32: lambda path: _to_onnx(model, path)},
+                        lambda folder: _check_against_torch(model, folder / ONNX_FP32),
+                        quantize, tokenizer,
+                        {**runner_config, "models": models_entry(ONNX_FP32, quantize)})
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -18,7 +18,8 @@ from typing import Optional, Sequence
 import torch
 
 from pygpt.models import BERT
-from pygpt.onnx_graph import to_onnx, write_export
+from pygpt.onnx_graph import models_entry, to_onnx, write_export
+from pygpt.run_files import ONNX_FP32
 from pygpt.tokenizer import require_specials
 
 INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
@@ -93,6 +94,7 @@ def export_bert(model: BERT, tokenizer, labels: Optional[list[str]], out_dir,
                      "task": "classify" if model.classifier is not None else "fill-mask",
                      "labels": labels, "vocab_size": cfg.vocab_size,
                      "block_size": cfg.block_size, "inputs": INPUTS, "outputs": OUTPUTS}
-    return write_export(Path(out_dir), lambda path: _to_onnx(model, path),
-                        lambda path: _check_against_torch(model, path), quantize, tokenizer,
-                        runner_config)
+    return write_export(Path(out_dir), {ONNX_FP32: lambda path: _to_onnx(model, path)},
+                        lambda folder: _check_against_torch(model, folder / ONNX_FP32),
+                        quantize, tokenizer,
+                        {**runner_config, "models": models_entry(ONNX_FP32, quantize)})

@@ -19,14 +19,10 @@ node; as two, each graph is a plain trace of Seq2Seq.decode with a DecoderCache.
 from the past's length. Our attention and layer norm ops are translated as in the GPT export
 (pygpt.onnx_graph). Every graph is checked against PyTorch on a padded batch before anything is
 written; `int8` adds the three graphs with onnxruntime-quantized weights; the folder gets the
-tokenizer and runner.json, all moved into place only once everything is written.
+tokenizer and runner.json, and changes as a whole (pygpt.onnx_graph.write_export).
 """
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Union
 
@@ -36,8 +32,7 @@ from pygpt import checkpoint
 from pygpt.models import Seq2Seq
 from pygpt.nn import KVCache
 from pygpt.nn.decoder_block import DecoderCache
-from pygpt.onnx_graph import OPSET, quantize_int8, to_onnx
-from pygpt.run_files import RUNNER_CONFIG, TOKENIZER
+from pygpt.onnx_graph import models_entry, to_onnx, write_export
 from pygpt.text_translation import SPECIALS
 from pygpt.tokenizer import require_specials
 
@@ -112,7 +107,8 @@ def _args(ex: dict[str, torch.Tensor]) -> dict[str, tuple]:
             "decoder_with_past": (ex["step"], ex["mask"], list(ex["past"]))}
 
 
-def _build(model: Seq2Seq, folder: Path) -> None:
+def _builders(model: Seq2Seq) -> dict[str, object]:
+    """Each graph's fp32 file name -> the function exporting it to a path."""
     from torch.export import Dim
 
     block = model.config.block_size
@@ -129,9 +125,11 @@ def _build(model: Seq2Seq, folder: Path) -> None:
                                               for j in range(n_past)]}}
     modules = {"encoder": _Encoder, "decoder": _FirstStep, "decoder_with_past": _NextStep}
     names = io_names(model.config.decoder_layers)
-    for part, args in _args(_example(model, (4, 2), prefix=3, step=2)).items():
-        to_onnx(modules[part](model), args, folder / f"{PARTS[part]}.onnx", *names[part],
-                dynamic[part])
+    examples = _args(_example(model, (4, 2), prefix=3, step=2))
+    return {f"{PARTS[part]}.onnx":
+            (lambda path, part=part, args=args: to_onnx(modules[part](model), args, path,
+                                                        *names[part], dynamic[part]))
+            for part, args in examples.items()}
 
 
 def _check_against_torch(model: Seq2Seq, folder: Path, tol: float = 1e-4) -> None:
@@ -172,32 +170,15 @@ def export_seq2seq_model(model: Seq2Seq, tokenizer, out_dir: Union[str, Path],
         raise ValueError(f"--quantize supports only int8, got {quantize!r}")
     require_specials(tokenizer.special_tokens, SPECIALS, "a translator's runner")
     model.eval()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
-    try:
-        _build(model, staging)
-        _check_against_torch(model, staging)
-        models = {"fp32": {part: f"{stem}.onnx" for part, stem in PARTS.items()}}
-        if quantize == "int8":
-            models["int8"] = {part: f"{stem}.int8.onnx" for part, stem in PARTS.items()}
-            for part in PARTS:
-                quantize_int8(staging / models["fp32"][part], staging / models["int8"][part])
-        tokenizer.save(staging / TOKENIZER)
-        cfg = model.config
-        config = {"format": 1, "family": "seq2seq", "task": "translate", "models": models,
-                  "tokenizer": {"kind": tokenizer.kind, "file": TOKENIZER},
-                  "special_tokens": tokenizer.special_tokens, "opset": OPSET,
-                  "vocab_size": cfg.vocab_size, "block_size": cfg.block_size,
-                  "io": io_names(cfg.decoder_layers)}
-        (staging / RUNNER_CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
-        names = [name for files in models.values() for name in files.values()]
-        names += [TOKENIZER, RUNNER_CONFIG]
-        for name in names:
-            os.replace(staging / name, out / name)
-        return [out / name for name in names]
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    cfg = model.config
+    runner_config = {"family": "seq2seq", "task": "translate",
+                     "models": models_entry({part: f"{stem}.onnx" for part, stem in PARTS.items()},
+                                            quantize),
+                     "vocab_size": cfg.vocab_size, "block_size": cfg.block_size,
+                     "io": io_names(cfg.decoder_layers)}
+    return write_export(Path(out_dir), _builders(model),
+                        lambda folder: _check_against_torch(model, folder), quantize, tokenizer,
+                        runner_config)
 
 
 def export_seq2seq(ckpt: Union[str, Path], out: Union[str, Path],

@@ -10,13 +10,13 @@ import json
 import logging
 import warnings
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import torch
 from onnxscript import opset18 as op
 
 from pygpt.io import FolderWrite
-from pygpt.run_files import ONNX_FP32, ONNX_INT8, RUNNER_CONFIG, TOKENIZER
+from pygpt.run_files import RUNNER_CONFIG, TOKENIZER
 
 OPSET = 18
 
@@ -128,23 +128,41 @@ def _not_the_torchvision_notice(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("torchvision is not installed")
 
 
-def write_export(out_dir: Path, build: Callable[[Path], None], check: Callable[[Path], None],
-                 quantize: Optional[str], tokenizer, runner_config: dict) -> list[Path]:
-    """Writes an export folder as a whole: build(path) writes the fp32 model, check(path) raises
-    if it disagrees with PyTorch, then the int8 model (quantize "int8", else a previous one is
-    removed), the tokenizer, and runner.json (runner_config with the files' names added).
-    Returns the paths written."""
+def int8_name(fp32_name: str) -> str:
+    """The file name of a graph's int8 copy: model.onnx -> model.int8.onnx."""
+    return fp32_name[: -len(".onnx")] + ".int8.onnx"
+
+
+def models_entry(fp32: Union[str, dict[str, str]], quantize: Optional[str]) -> dict[str, Any]:
+    """runner.json's "models": the fp32 graph file (or a dict of part -> file) and, with
+    quantize "int8", the int8 copies under the same layout."""
+    int8 = int8_name(fp32) if isinstance(fp32, str) else {k: int8_name(v) for k, v in fp32.items()}
+    return {"fp32": fp32, **({"int8": int8} if quantize == "int8" else {})}
+
+
+def write_export(out_dir: Path, graphs: dict[str, Callable[[Path], None]],
+                 check: Callable[[Path], None], quantize: Optional[str], tokenizer,
+                 runner_config: dict) -> list[Path]:
+    """Writes an export folder as a whole: graphs maps each fp32 graph's file name to the
+    function writing it; check(folder) raises if the graphs staged in folder disagree with
+    PyTorch; then their int8 copies (quantize "int8", else previous ones are removed), the
+    tokenizer, and runner.json (runner_config, whose "models" is models_entry's). Returns the
+    paths written."""
     logging.getLogger("torch.onnx._internal.exporter._registration").addFilter(
         _not_the_torchvision_notice)
-    models = {"fp32": ONNX_FP32, **({"int8": ONNX_INT8} if quantize == "int8" else {})}
     config = {"format": 1, "family": runner_config["family"], "task": runner_config["task"],
-              "models": models, "tokenizer": {"kind": tokenizer.kind, "file": TOKENIZER},
+              "tokenizer": {"kind": tokenizer.kind, "file": TOKENIZER},
               "special_tokens": tokenizer.special_tokens, "opset": OPSET,
               **{k: v for k, v in runner_config.items() if k not in ("family", "task")}}
-    with FolderWrite(out_dir, index=RUNNER_CONFIG, remove=[ONNX_INT8]) as change:
-        check(change.write(ONNX_FP32, build))
+    with FolderWrite(out_dir, index=RUNNER_CONFIG,
+                     remove=[int8_name(name) for name in graphs]) as change:
+        for name, build in graphs.items():
+            change.write(name, build)
+        check(change.staging)
         if quantize == "int8":
-            change.write(ONNX_INT8, lambda path: quantize_int8(change.path(ONNX_FP32), path))
+            for name in graphs:
+                change.write(int8_name(name),
+                             lambda path, src=change.path(name): quantize_int8(src, path))
         change.write(TOKENIZER, lambda path: path.write_text(tokenizer.to_json(),
                                                              encoding="utf-8"))
         change.write(RUNNER_CONFIG, lambda path: path.write_text(json.dumps(config, indent=2),

@@ -132,18 +132,20 @@ def test_failures_are_clean(exported, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="holds a gpt model; this export is for seq2seq"):
         exporter.export_seq2seq(gpt, tmp_path / "out")
 
-    def broken(model, folder):
-        (folder / "encoder_model.onnx").write_text("half")
+    def broken(path):
+        path.write_text("half")
         raise RuntimeError("the exporter failed")
 
-    monkeypatch.setattr(exporter, "_build", broken)
+    monkeypatch.setattr(exporter, "_builders", lambda model: {"encoder_model.onnx": broken})
     with pytest.raises(RuntimeError, match="the exporter failed"):
         exporter.export_seq2seq_model(reverser(steps=0), tokenizer(), tmp_path / "failed")
     assert list((tmp_path / "failed").iterdir()) == []  # nothing staged is left
     runner = _load_runner()
     fake = tmp_path / "fake"
     fake.mkdir()
-    (fake / RUNNER_CONFIG).write_text(json.dumps({"family": "gpt", "models": {}}))
+    (fake / RUNNER_CONFIG).write_text(json.dumps({"family": "gpt", "models": {}, "block_size": 8,
+                                                  "tokenizer": {"kind": "char",
+                                                                "file": "tokenizer.json"}}))
     for argv, message in [(["--model", str(fake), "--text", "ab"], "holds a gpt model, which "
                                                                     "does not translate"),
                           (["--model", str(tmp_path), "--text", "ab"], f"no {RUNNER_CONFIG}"),
