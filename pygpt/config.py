@@ -59,7 +59,11 @@ class ModelConfig:
     n_embd: int = opt(128, "embedding width")
     dropout: float = opt(0.0, "dropout on embeddings and residual branches while training")
     bias: bool = opt(True, "biases in the attention and MLP projections")
-    pos_encoding: Literal["learned", "sinusoidal"] = opt("learned", "position encoding")
+    pos_encoding: Literal["learned", "sinusoidal", "relative", "alibi"] = opt(
+        "learned", "position encoding: added to the embeddings (learned, sinusoidal) or a bias of "
+                   "the attention scores (relative: learned per head and clipped distance; "
+                   "alibi: fixed per-head slopes times the distance)")
+    max_distance: int = opt(32, "relative: distances beyond this share one learned bias")
     mlp: bool = opt(True, "the block's GELU MLP")
     # Switches that only the `seed` preset turns off, to rebuild the tutorial model exactly.
     attn_proj: bool = opt(True, "W_O after the concatenated heads")
@@ -89,6 +93,8 @@ class ModelConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.max_distance < 0:
+            raise ValueError(f"max_distance must not be negative, got {self.max_distance}")
         if self.type_vocab_size < 0 or self.num_labels < 0:
             raise ValueError("type_vocab_size and num_labels must not be negative")
 

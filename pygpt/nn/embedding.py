@@ -1,4 +1,5 @@
-"""The input layer: token embedding plus the position encoding (plus, for BERT, a segment
+"""The input layer: token embedding plus the position encoding (none for the encodings that bias
+the attention scores instead, pygpt.nn.position_bias) (plus, for BERT, a segment
 embedding telling sentence A from sentence B), then optionally a layer norm (the `seed` preset's
 model and BERT normalise right after embedding), then dropout."""
 from __future__ import annotations
@@ -11,6 +12,7 @@ from torch import nn
 from pygpt.kernels import KernelModule
 from pygpt.nn.layer_norm import LayerNorm
 from pygpt.nn.position import position_encoding
+from pygpt.nn.position_bias import SCORE_BIASES
 
 
 class Embeddings(KernelModule):
@@ -20,7 +22,8 @@ class Embeddings(KernelModule):
         super().__init__()
         self.max_positions = max_positions
         self.tok = nn.Embedding(vocab_size, dim)
-        self.pos = position_encoding(position, max_positions, dim)
+        self.pos = (None if position in SCORE_BIASES
+                    else position_encoding(position, max_positions, dim))
         self.seg = nn.Embedding(segments, dim) if segments else None
         self.drop = nn.Dropout(dropout)
         self.norm = LayerNorm(dim) if norm else None
@@ -33,7 +36,9 @@ class Embeddings(KernelModule):
         if start + T > self.max_positions:
             raise ValueError(f"{start + T} positions exceed the context length "
                              f"{self.max_positions}; slide the window")
-        x = self.tok(idx) + self.pos(torch.arange(start, start + T, device=idx.device))
+        x = self.tok(idx)
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(start, start + T, device=idx.device))
         if self.seg is not None:
             x = x + self.seg(segment_ids if segment_ids is not None else torch.zeros_like(idx))
         elif segment_ids is not None:
