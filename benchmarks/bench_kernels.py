@@ -32,6 +32,7 @@ torch.cuda.max_memory_allocated, on the CPU two ways:
 Usage:
   python benchmarks/bench_kernels.py                    # all ops, 1 and 2 threads
   python benchmarks/bench_kernels.py --threads 1 --op attention --repeat 20
+  python benchmarks/bench_kernels.py --threads 1 --op attention_bias   # position-bias cost
   python benchmarks/bench_kernels.py --markdown         # README-ready table
   python benchmarks/bench_kernels.py --device cuda --dtype bfloat16
 """
@@ -216,11 +217,42 @@ def rotary_case(B, H, T, D, rotary_dim, device, dtype):
     )
 
 
+def biased_attention_case(B, H, T, D, kind, device, dtype):
+    """Ours with a position bias computed in the kernel ("relative": a (H, 65) table; "alibi":
+    per-head slopes) against ours without: the cost of the bias. The bias is all zeros, so that
+    both compute the same output (its values do not change the work)."""
+    q, k, v = (torch.randn(B, H, T, D, dtype=dtype, device=device) for _ in range(3))
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    grad = torch.randn(B, H, T, D, dtype=dtype, device=device)
+    zeros = torch.zeros(H, 65, dtype=dtype, device=device)
+    bias = (dict(rel_bias=zeros.requires_grad_()) if kind == "relative"
+            else dict(alibi_slopes=zeros[:, 0].contiguous()))
+    ops = _ours()
+
+    def reset():
+        for t in (qg, kg, vg, *bias.values()):
+            t.grad = None
+
+    return dict(
+        op="attention", shape=f"B={B} H={H} T={T} D={D}, causal, {DTYPE_NAMES[dtype]}, "
+                              f"{kind} bias vs none",
+        fwd=(lambda: ops.attention(q, k, v, causal=True, **bias),
+             lambda: ops.attention(q, k, v, causal=True)),
+        fwdbwd=(lambda: ops.attention(qg, kg, vg, causal=True, **bias).backward(grad),
+                lambda: ops.attention(qg, kg, vg, causal=True).backward(grad)),
+        reset=reset,
+        check=lambda: (ops.attention(q, k, v, causal=True, **bias),
+                       ops.attention(q, k, v, causal=True)),
+    )
+
+
 CASES = {
     "attention": [(attention_case, s) for s in
                   [(12, 4, 64, 32), (12, 4, 256, 32), (8, 6, 256, 64), (1, 8, 2048, 64)]],
     "attention_padded": [(padded_attention_case, (32, 4, 128, 32, causal, baseline))
                          for causal in (False, True) for baseline in ("full", "sdpa")],
+    "attention_bias": [(biased_attention_case, (*s, kind)) for kind in ("relative", "alibi")
+                       for s in [(12, 4, 256, 32), (1, 8, 2048, 64)]],
     "layer_norm": [(layer_norm_case, s) for s in [(768, 128), (16384, 384)]],
     "cross_entropy": [(cross_entropy_case, (N, V, smoothing)) for smoothing in (0.0, 0.1)
                       for N, V in [(3072, 65), (2048, 50257)]],

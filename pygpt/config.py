@@ -15,7 +15,7 @@ ARCHS = ("gpt", "bert", "seq2seq")
 # The position encodings under which attention scores do not change when every position shifts
 # by the same amount (relative ones, or none at all): they add no absolute position vector to the
 # tokens, and a decoder may keep a rolling KV cache past its context length.
-RELATIVE_ENCODINGS = ("rotary", "none")
+RELATIVE_ENCODINGS = ("rotary", "relative", "alibi", "none")
 
 
 def opt(default: Any, help: str) -> Any:
@@ -65,11 +65,14 @@ class ModelConfig:
     n_embd: int = opt(128, "embedding width")
     dropout: float = opt(0.0, "dropout on embeddings and residual branches while training")
     bias: bool = opt(True, "biases in the attention and MLP projections")
-    pos_encoding: Literal["learned", "sinusoidal", "rotary", "none"] = opt(
+    pos_encoding: Literal["learned", "sinusoidal", "rotary", "relative", "alibi", "none"] = opt(
         "learned", "position encoding: learned or sinusoidal vectors added to the tokens, rotary "
-                   "(RoPE: each attention layer rotates queries and keys by position), or none")
+                   "(RoPE: each attention layer rotates queries and keys by position), a bias of "
+                   "the attention scores (relative: learned per head and clipped distance; "
+                   "alibi: fixed per-head slopes times the distance), or none")
     rotary_dim: int = opt(0, "rotary: channels of each head that rotate (even; 0: all)")
     rope_base: float = opt(10000.0, "rotary: the base of the rotation frequencies")
+    max_distance: int = opt(32, "relative: distances beyond this share one learned bias")
     mlp: bool = opt(True, "the block's MLP")
     activation: Literal["gelu", "relu"] = opt("gelu", "the MLP's nonlinearity")
     # Switches that only the `seed` preset turns off, to rebuild the tutorial model exactly.
@@ -106,6 +109,8 @@ class ModelConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.max_distance < 0:
+            raise ValueError(f"max_distance must not be negative, got {self.max_distance}")
         if self.type_vocab_size < 0 or self.num_labels < 0:
             raise ValueError("type_vocab_size and num_labels must not be negative")
         if self.pos_encoding == "rotary" and (not 0 <= self.rotary_dim <= self.qk_head_dim
@@ -122,6 +127,9 @@ class ModelConfig:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         seq2seq_only = [name for name in ("n_dec_layer", "qk_dim", "v_dim", "label_smoothing")
                         if getattr(self, name) and self.arch != "seq2seq"]
+        if self.arch == "seq2seq" and self.pos_encoding in ("relative", "alibi"):
+            raise ValueError(f"pos_encoding {self.pos_encoding} is not built for seq2seq yet "
+                             "(learned, sinusoidal, rotary or none)")
         if seq2seq_only:
             raise ValueError(f"{', '.join(seq2seq_only)} apply to arch seq2seq only, not "
                              f"{self.arch}")

@@ -24,16 +24,33 @@ def _lengths(lengths: Optional[torch.Tensor], B: int, T: int, device: torch.devi
     return lengths.long() if lengths is not None else torch.full((B,), T, device=device)
 
 
+def explicit_position_bias(distance: torch.Tensor, rel_bias: Optional[torch.Tensor],
+                           alibi_slopes: Optional[torch.Tensor]) -> torch.Tensor:
+    """The explicit (B, H, Tq, Tk) score bias that pygpt.ops.attention computes inside its
+    kernels, from the key - query distances (B, 1, Tq, Tk): rel_bias[h, clamp(d, -R, R) + R]
+    (rel_bias (H, 2R + 1)) plus -alibi_slopes[h] * |d| (alibi_slopes (H,)); either may be None."""
+    bias = torch.zeros((), dtype=(rel_bias if rel_bias is not None else alibi_slopes).dtype,
+                       device=distance.device)
+    if rel_bias is not None:
+        R = (rel_bias.shape[1] - 1) // 2
+        bias = bias + rel_bias[:, distance.clamp(-R, R) + R].squeeze(2).movedim(0, 1)
+    if alibi_slopes is not None:
+        bias = bias - alibi_slopes.view(1, -1, 1, 1) * distance.abs()
+    return bias
+
+
 def torch_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
                     scale: Optional[float] = None, q_lengths: Optional[torch.Tensor] = None,
-                    kv_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+                    kv_lengths: Optional[torch.Tensor] = None,
+                    rel_bias: Optional[torch.Tensor] = None,
+                    alibi_slopes: Optional[torch.Tensor] = None) -> torch.Tensor:
     """pygpt.ops.attention on PyTorch's SDPA. Its is_causal aligns the mask top-left, so when
     there are fewer queries than keys (a decode step) the bottom-right mask is built explicitly.
-    With lengths, a (B, Tq, Tk) mask of the keys each query sees is built, the padding is zeroed
-    (it may hold anything, NaN included), and queries that see no key give zeros, as our kernels
-    do."""
+    With lengths or a position bias, a (B, Tq, Tk) mask of the keys each query sees is built
+    (and the bias, explicitly, by explicit_position_bias), the padding is zeroed (it may hold
+    anything, NaN included), and queries that see no key give zeros, as our kernels do."""
     B, Tq, Tk = q.shape[0], q.shape[-2], k.shape[-2]
-    if q_lengths is None and kv_lengths is None:
+    if q_lengths is None and kv_lengths is None and rel_bias is None and alibi_slopes is None:
         if not causal or Tq == Tk:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
         visible = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(diagonal=Tk - Tq)
@@ -50,7 +67,11 @@ def torch_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     q = torch.where(sees_a_key, q, 0.0)
     k, v = torch.where(real_k, k, 0.0), torch.where(real_k, v, 0.0)
     # A query that sees no key attends (harmlessly) to everything, then gives zeros.
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible | ~sees_a_key, scale=scale)
+    mask = visible | ~sees_a_key
+    if rel_bias is not None or alibi_slopes is not None:
+        bias = explicit_position_bias(j - (i + lk - lq), rel_bias, alibi_slopes)
+        mask = torch.where(mask, bias, float("-inf")).to(q.dtype)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return torch.where(sees_a_key, out, 0.0)
 
 

@@ -21,12 +21,31 @@ from pygpt.run_files import RUNNER_CONFIG, TOKENIZER
 OPSET = 18
 
 
+def _position_bias(distance, rel_bias, alibi_slopes, like):
+    """The (1 or B, H, Tq, Tk) score bias of the key - query distances (1 or B, 1, Tq, Tk):
+    rel_bias[h, clamp(d, -R, R) + R] gathered from the table (H, 2R + 1), minus
+    alibi_slopes[h] * |d|; like the kernels, but built in full in the graph."""
+    bias = op.CastLike(op.Constant(value_float=0.0), like)
+    if rel_bias is not None:
+        width = op.Squeeze(op.Shape(rel_bias, start=1, end=2))
+        R = op.Div(op.Sub(width, op.Constant(value_int=1)), op.Constant(value_int=2))
+        bucket = op.Add(op.Clip(distance, op.Neg(R), R), R)
+        gathered = op.Squeeze(op.Gather(rel_bias, bucket, axis=1), op.Constant(value_ints=[2]))
+        bias = op.Add(bias, op.Transpose(gathered, perm=[1, 0, 2, 3]))  # (H, B, ..) -> (B, H, ..)
+    if alibi_slopes is not None:
+        slopes = op.Unsqueeze(alibi_slopes, op.Constant(value_ints=[0, 2, 3]))  # (1, H, 1, 1)
+        bias = op.Sub(bias, op.Mul(slopes, op.CastLike(op.Abs(distance), like)))
+    return bias
+
+
 def _attention(q, k, v, causal: bool = True, scale: Optional[float] = None, q_lengths=None,
-               kv_lengths=None):
-    """pygpt.attention in ONNX ops: scores, the mask, softmax, and the log-sum-exp the op also
-    returns. Without lengths the mask is the bottom-right causal one (query i sees keys
-    j <= i + Tk - Tq); with lengths it is built in the graph from them, per batch row, padded
-    keys and values are zeroed and queries that see no key give zeros, as the kernels do."""
+               kv_lengths=None, rel_bias=None, alibi_slopes=None):
+    """pygpt.attention in ONNX ops: scores, the position bias, the mask, softmax, and the
+    log-sum-exp the op also returns. Without lengths the mask is the bottom-right causal one
+    (query i sees keys j <= i + Tk - Tq); with lengths it is built in the graph from them, per
+    batch row, padded keys and values are zeroed and queries that see no key give zeros, as the
+    kernels do. A relative or ALiBi bias (rel_bias, alibi_slopes) is built in the graph as a
+    (B, H, Tq, Tk) tensor from the distances, query i at position i + kv_len - q_len."""
     if scale is None:
         scale_value = op.Reciprocal(op.Sqrt(op.CastLike(op.Shape(q, start=3, end=4), q)))
     else:
@@ -38,7 +57,14 @@ def _attention(q, k, v, causal: bool = True, scale: Optional[float] = None, q_le
     zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
     query_index = op.Range(zero, tq, one)  # (Tq,)
     key_index = op.Range(zero, tk, one)  # (Tk,)
+    biased = rel_bias is not None or alibi_slopes is not None
     if q_lengths is None and kv_lengths is None:
+        if biased:
+            distance = op.Sub(op.Unsqueeze(key_index, op.Constant(value_ints=[0])),
+                              op.Unsqueeze(op.Add(query_index, op.Sub(tk, tq)),
+                                           op.Constant(value_ints=[1])))  # (Tq, Tk)
+            distance = op.Unsqueeze(distance, op.Constant(value_ints=[0, 1]))
+            scores = op.Add(scores, _position_bias(distance, rel_bias, alibi_slopes, q))
         if causal:
             last_visible = op.Unsqueeze(op.Add(query_index, op.Sub(tk, tq)),
                                         op.Constant(value_ints=[1]))
@@ -57,6 +83,9 @@ def _attention(q, k, v, causal: bool = True, scale: Optional[float] = None, q_le
     i = op.Unsqueeze(query_index, op.Constant(value_ints=[1]))  # (Tq, 1)
     j = op.Unsqueeze(key_index, op.Constant(value_ints=[0]))  # (1, Tk)
     visible = op.And(op.Less(i, lq), op.Less(j, lk))  # (B, 1, Tq, Tk)
+    if biased:
+        distance = op.Sub(j, op.Add(i, op.Sub(lk, lq)))  # (B, 1, Tq, Tk)
+        scores = op.Add(scores, _position_bias(distance, rel_bias, alibi_slopes, q))
     if causal:
         visible = op.And(visible, op.LessOrEqual(j, op.Add(i, op.Sub(lk, lq))))
     real_k = op.Less(op.Transpose(j, perm=[1, 0]), lk)  # (B, 1, Tk, 1)

@@ -29,8 +29,9 @@ __all__ = ["attention", "layer_norm", "cross_entropy", "rotary"]
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
               scale: Optional[float] = None, q_lengths: Optional[torch.Tensor] = None,
-              kv_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """softmax(scale * q k^T + mask) v for q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv).
+              kv_lengths: Optional[torch.Tensor] = None, rel_bias: Optional[torch.Tensor] = None,
+              alibi_slopes: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """softmax(scale * q k^T + bias + mask) v for q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv).
 
     `scale` defaults to 1/sqrt(Dk). With `causal`, query i sees keys j <= i + (Tk - Tq): the
     queries are the last Tq positions, as in a decode step over a KV cache. A query that sees no
@@ -41,8 +42,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     attends only to its real keys, causal aligned bottom-right per row (query i sees keys
     j <= i + kv_lengths[b] - q_lengths[b]); padded queries output zeros, padded positions get
     zero gradients, and the kernels skip the padded work and never read the padding.
+
+    Position biases, computed inside the kernels from the distance d = j - pos(i) of key j to
+    query i (pos(i) = i + kv_length - q_length: the queries are the row's last positions, as for
+    the causal mask), so no (Tq, Tk) bias ever exists: `rel_bias` (H, 2R + 1) adds the learned
+    rel_bias[h, clamp(d, -R, R) + R]; `alibi_slopes` (H,) adds ALiBi's -alibi_slopes[h] * |d|.
+    Both have q's dtype and device; both get gradients.
+
+    NaN or inf in the inputs propagates, as in softmax: a query that sees a non-finite score
+    outputs NaN; only a query that sees no key at all outputs zeros.
     """
-    out, _ = torch.ops.pygpt.attention(q, k, v, causal, scale, q_lengths, kv_lengths)
+    out, _ = torch.ops.pygpt.attention(q, k, v, causal, scale, q_lengths, kv_lengths, rel_bias,
+                                       alibi_slopes)
     return out
 
 
@@ -97,35 +108,41 @@ def _check_same_device(op: str, **tensors: Optional[torch.Tensor]) -> None:
 # --- attention -------------------------------------------------------------------------------
 
 @torch.library.register_fake("pygpt::attention")
-def _attention_fake(q, k, v, causal=True, scale=None, q_lengths=None, kv_lengths=None):
+def _attention_fake(q, k, v, causal=True, scale=None, q_lengths=None, kv_lengths=None,
+                    rel_bias=None, alibi_slopes=None):
     _check_same_device("pygpt.attention", q=q, k=k, v=v, q_lengths=q_lengths,
-                       kv_lengths=kv_lengths)
+                       kv_lengths=kv_lengths, rel_bias=rel_bias, alibi_slopes=alibi_slopes)
     B, H, Tq, _ = q.shape
     return q.new_empty((B, H, Tq, v.shape[-1])), q.new_empty((B, H, Tq), dtype=_stats_dtype(q))
 
 
 @torch.library.register_fake("pygpt::attention_backward")
 def _attention_backward_fake(grad_out, q, k, v, out, lse, causal, scale, q_lengths=None,
-                             kv_lengths=None):
+                             kv_lengths=None, rel_bias=None, alibi_slopes=None):
     _check_same_device("pygpt.attention_backward", q=q, grad_out=grad_out, k=k, v=v, out=out,
-                       lse=lse, q_lengths=q_lengths, kv_lengths=kv_lengths)
-    # The kernels return contiguous gradients whatever the inputs' strides.
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+                       lse=lse, q_lengths=q_lengths, kv_lengths=kv_lengths, rel_bias=rel_bias,
+                       alibi_slopes=alibi_slopes)
+    # The kernels return contiguous gradients whatever the inputs' strides; (0,) for a bias
+    # input not given.
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
+            *(q.new_empty(b.shape if b is not None else (0,)) for b in (rel_bias, alibi_slopes)))
 
 
 def _attention_setup(ctx, inputs, output):
-    q, k, v, causal, scale, q_lengths, kv_lengths = inputs
+    q, k, v, causal, scale, q_lengths, kv_lengths, rel_bias, alibi_slopes = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, q_lengths, kv_lengths)
+    ctx.save_for_backward(q, k, v, out, lse, q_lengths, kv_lengths, rel_bias, alibi_slopes)
     ctx.causal, ctx.scale = causal, scale
     ctx.mark_non_differentiable(lse)
 
 
 def _attention_backward(ctx, grad_out, _grad_lse):
-    q, k, v, out, lse, q_lengths, kv_lengths = ctx.saved_tensors
-    dq, dk, dv = torch.ops.pygpt.attention_backward(grad_out, q, k, v, out, lse, ctx.causal,
-                                                    ctx.scale, q_lengths, kv_lengths)
-    return dq, dk, dv, None, None, None, None
+    q, k, v, out, lse, q_lengths, kv_lengths, rel_bias, alibi_slopes = ctx.saved_tensors
+    dq, dk, dv, d_rel, d_slopes = torch.ops.pygpt.attention_backward(
+        grad_out, q, k, v, out, lse, ctx.causal, ctx.scale, q_lengths, kv_lengths, rel_bias,
+        alibi_slopes)
+    return (dq, dk, dv, None, None, None, None, d_rel if rel_bias is not None else None,
+            d_slopes if alibi_slopes is not None else None)
 
 
 torch.library.register_autograd("pygpt::attention", _attention_backward,

@@ -73,11 +73,15 @@ V = 23  # vocabulary of the random-token tests
 TINY = ModelConfig(vocab_size=V, block_size=16, n_layer=2, n_head=2, n_embd=32)
 
 # Architectures every model equivalence test runs on: the default block, fixed sinusoidal
-# positions, no biases / untied head with a bias, and the `seed` preset's shape (no MLP,
-# residual, W_O, block norms; an embedding norm and std-1 embeddings) at a small vocabulary.
+# positions, the score biases (a learned relative bias with distances past max_distance, and
+# ALiBi on 3 heads, not a power of two), no biases / untied head with a bias, and the `seed`
+# preset's shape (no MLP, residual, W_O, block norms; an embedding norm and std-1 embeddings) at
+# a small vocabulary.
 ARCHS = {
     "learned": TINY,
     "sinusoidal": dataclasses.replace(TINY, pos_encoding="sinusoidal"),
+    "relative": dataclasses.replace(TINY, pos_encoding="relative", max_distance=5),
+    "alibi": dataclasses.replace(TINY, pos_encoding="alibi", n_head=3, n_embd=24),
     "untied-nobias": dataclasses.replace(TINY, bias=False, tie_weights=False, head_bias=True,
                                          n_layer=1, n_head=4),
     "seed": dataclasses.replace(preset("seed").model, vocab_size=V),

@@ -25,44 +25,72 @@ def causal_mask(Tq, Tk, device=None):
     return j <= i + (Tk - Tq)
 
 
-def attention(q, k, v, causal=True, scale=None):
+def attention(q, k, v, causal=True, scale=None, bias=None):
     """Scaled dot-product attention. Returns (out, lse).
 
     q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv) -> out (B,H,Tq,Dv), lse (B,H,Tq).
-    scale defaults to 1/sqrt(Dk). lse[..., i] = log(sum_j exp(scale * q_i . k_j)) over the keys j
-    that query i may see. Rows that see no key (causal with Tq > Tk) get out = 0 and lse = -inf,
-    and receive / pass on zero gradient.
+    scale defaults to 1/sqrt(Dk). bias, if given, broadcasts against the (B,H,Tq,Tk) scores and
+    is added to them after the scaling. lse[..., i] = log(sum_j exp(s_ij)) over the keys j that
+    query i may see. Rows that see no key (causal with Tq > Tk) get out = 0 and lse = -inf, and
+    receive / pass on zero gradient; whether a row sees a key is decided by the mask alone, so
+    NaN or infinite scores in a row that sees keys give NaN, as softmax does.
     """
     Tq, Dk = q.shape[-2], q.shape[-1]
     Tk = k.shape[-2]
     if scale is None:
         scale = 1.0 / math.sqrt(Dk)
     s = (q @ k.transpose(-2, -1)) * scale  # (B,H,Tq,Tk)
-    if causal:
-        s = s.masked_fill(~causal_mask(Tq, Tk, q.device), float("-inf"))
-    # Softmax with the max subtracted; the shift is a constant per row so it is detached. A row of
-    # all -inf has max -inf: shift it by 0 instead so exp gives zeros rather than nan.
-    m = s.amax(dim=-1, keepdim=True).detach()
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    if bias is not None:
+        s = s + bias
+    visible = causal_mask(Tq, Tk, q.device) if causal else torch.ones(Tq, Tk, dtype=torch.bool)
+    s = s.masked_fill(~visible, float("-inf"))
+    # Softmax with the max subtracted; the shift is a constant per row so it is detached. A row
+    # that sees no key is shifted by 0 instead of its max (-inf), so exp gives zeros, not nan.
+    sees_a_key = visible.any(dim=-1, keepdim=True)
+    m = torch.where(sees_a_key, s.amax(dim=-1, keepdim=True).detach(), 0.0)
     e = torch.exp(s - m)
     denom = e.sum(dim=-1, keepdim=True)
-    p = e / torch.where(denom > 0, denom, torch.ones_like(denom))
+    p = e / torch.where(sees_a_key, denom, torch.ones_like(denom))
     out = p @ v
     lse = (torch.log(denom) + m).squeeze(-1)  # log(0) = -inf for rows that see nothing
     return out, lse
 
 
-def padded_attention(q, k, v, q_lengths, kv_lengths, causal=True, scale=None):
+def position_bias(Tq, Tk, rel_bias=None, alibi_slopes=None):
+    """The explicit (H, Tq, Tk) position bias of Tq queries that are the LAST Tq positions of Tk
+    keys (query i sits at position i + Tk - Tq), head by head: with d = j - (i + Tk - Tq),
+    rel_bias[h, clamp(d, -R, R) + R] for rel_bias (H, 2R + 1), minus alibi_slopes[h] * |d|."""
+    table = rel_bias if rel_bias is not None else alibi_slopes
+    i = torch.arange(Tq).unsqueeze(1)
+    j = torch.arange(Tk).unsqueeze(0)
+    d = j - (i + Tk - Tq)  # (Tq, Tk)
+    heads = []
+    for h in range(table.shape[0]):
+        b = torch.zeros(Tq, Tk, dtype=table.dtype)
+        if rel_bias is not None:
+            R = (rel_bias.shape[1] - 1) // 2
+            b = b + rel_bias[h][d.clamp(-R, R) + R]
+        if alibi_slopes is not None:
+            b = b - alibi_slopes[h] * d.abs()
+        heads.append(b)
+    return torch.stack(heads)
+
+
+def padded_attention(q, k, v, q_lengths, kv_lengths, causal=True, scale=None, rel_bias=None,
+                     alibi_slopes=None):
     """attention() of a right-padded batch: each batch row b alone on its real prefix of
-    q_lengths[b] queries and kv_lengths[b] keys; padded queries get out = 0 and lse = -inf.
-    The padding itself is never read. Returns (out, lse) of the full padded shapes."""
+    q_lengths[b] queries and kv_lengths[b] keys (with its own position_bias of those lengths,
+    where a bias is given); padded queries get out = 0 and lse = -inf. The padding itself is
+    never read. Returns (out, lse) of the full padded shapes."""
     B, H, Tq, _ = q.shape
     outs, lses = [], []
     for b in range(B):
         lq, lk = int(q_lengths[b]), int(kv_lengths[b])
         if lq > 0 and lk > 0:
+            bias = (position_bias(lq, lk, rel_bias, alibi_slopes)
+                    if rel_bias is not None or alibi_slopes is not None else None)
             out, lse = attention(q[b:b + 1, :, :lq], k[b:b + 1, :, :lk], v[b:b + 1, :, :lk],
-                                 causal, scale)
+                                 causal, scale, bias)
         else:  # nothing to attend with, or to
             out = q.new_zeros(1, H, lq, v.shape[-1])
             lse = q.new_full((1, H, lq), float("-inf"))

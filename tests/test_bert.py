@@ -1,7 +1,8 @@
 """The BERT model (pygpt.models.bert): our kernels against the plain-PyTorch path, padding
-invariance (a sentence alone and in a padded batch give the same outputs), post- and pre-norm
-structure, the heads and their losses against explicit computations, BERT's initialisation, and
-a tiny model memorising masked tokens. Tiny configs, so the module runs in seconds."""
+invariance (a sentence alone and in a padded batch give the same outputs), both also with the
+relative and ALiBi score biases, post- and pre-norm structure, the heads and their losses
+against explicit computations, BERT's initialisation, and a tiny model memorising masked
+tokens. Tiny configs, so the module runs in seconds."""
 
 import dataclasses
 
@@ -18,11 +19,14 @@ V = 30
 POST = ModelConfig(arch="bert", vocab_size=V, block_size=24, n_layer=2, n_head=2, n_embd=32,
                    norm="post", embed_norm=True, final_norm=False, num_labels=3)
 PRE = dataclasses.replace(POST, norm="pre", final_norm=True)
-# Rotary positions (half of each head rotating) with a ReLU MLP; and no positions at all.
+# Rotary positions (half of each head rotating) with a ReLU MLP; no positions at all; and the
+# score-bias encodings (no position embedding): relative with distances past max_distance, ALiBi
+# on pre-norm.
 ROTARY = dataclasses.replace(POST, pos_encoding="rotary", rotary_dim=8, activation="relu")
 NONE = dataclasses.replace(PRE, pos_encoding="none")
-CONFIGS = dict(argnames="cfg", argvalues=[POST, PRE, ROTARY, NONE],
-               ids=["post", "pre", "rotary", "none"])
+RELATIVE = dataclasses.replace(POST, pos_encoding="relative", max_distance=4)
+ALIBI = dataclasses.replace(PRE, pos_encoding="alibi", n_head=4)
+CONFIGS = dict(post=POST, pre=PRE, rotary=ROTARY, none=NONE, relative=RELATIVE, alibi=ALIBI)
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 
@@ -47,7 +51,7 @@ def batch(seed=1, B=4, T=19):
     return ids, segments, lengths, mlm_labels
 
 
-@pytest.mark.parametrize(**CONFIGS)
+@pytest.mark.parametrize("cfg", CONFIGS.values(), ids=CONFIGS.keys())
 def test_ext_matches_torch(cfg):
     ext = make(cfg)
     ref = twin(ext, "torch")
@@ -66,7 +70,7 @@ def test_ext_matches_torch(cfg):
 
 
 @pytest.mark.parametrize("kernels", ["ext", "torch"])
-@pytest.mark.parametrize(**CONFIGS)
+@pytest.mark.parametrize("cfg", CONFIGS.values(), ids=CONFIGS.keys())
 def test_a_sentence_alone_equals_it_in_a_padded_batch(cfg, kernels):
     """Padding invariance: each row's hidden states, pooled heads and masked-LM logits equal those
     of the row run alone at its own length, whatever the padding holds."""

@@ -138,12 +138,57 @@ def test_bad_input_on_cuda():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lengths", [False, True])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape", [(2, 3, 7, 7, 16, 16), (2, 2, 5, 70, 8, 8),
+                                   (2, 2, 70, 129, 64, 64)], ids=str)
+def test_position_bias_matches_cpu(shape, causal, lengths, dtype):
+    """A relative table and ALiBi slopes (and their gradients, atomically summed on CUDA)."""
+    B, H, Tq, Tk, Dk, Dv = shape
+    (q, k, v, table), (qc, kc, vc, tc) = _pair((B, H, Tq, Dk), (B, H, Tk, Dk), (B, H, Tk, Dv),
+                                               (H, 9), dtype=dtype)
+    slopes = (torch.rand(H) + 0.05).to(dtype).float().requires_grad_()
+    sc = slopes.detach().to(dtype).cuda().requires_grad_()
+    ql, kl = (torch.tensor([Tq, Tq // 2]), torch.tensor([Tk, Tk // 3])) if lengths else (None,) * 2
+    out = ops.attention(q, k, v, causal=causal, q_lengths=ql, kv_lengths=kl, rel_bias=table,
+                        alibi_slopes=slopes)
+    out_c = ops.attention(qc, kc, vc, causal=causal, q_lengths=ql.cuda() if lengths else None,
+                          kv_lengths=kl.cuda() if lengths else None, rel_bias=tc,
+                          alibi_slopes=sc)
+    _close(out_c, out, dtype, "out")
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    out_c.backward(grad.to(dtype).cuda())
+    for name, a, b in (("dq", qc, q), ("dk", kc, k), ("dv", vc, v), ("dtable", tc, table),
+                       ("dslopes", sc, slopes)):
+        scale = max(1.0, b.grad.abs().max().item())  # sums over many (query, key) pairs
+        tol = {key: value * scale for key, value in TOL[dtype].items()}
+        torch.testing.assert_close(a.grad.float().cpu(), b.grad, msg=lambda m: f"{name}: {m}",
+                                   **tol)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_propagates_on_cuda(value):
+    """As on the CPU: a NaN / inf in a query row makes that row NaN, never zeros."""
+    (q, k, v), (qc, kc, vc) = _pair((1, 2, 40, 16), (1, 2, 40, 16), (1, 2, 40, 16),
+                                    dtype=torch.float32)
+    with torch.no_grad():
+        qc[0, 1, 17, 0] = value
+    out = ops.attention(qc, kc, vc, causal=True)
+    assert torch.isnan(out[0, 1, 17]).all()
+    assert torch.isfinite(out[0, 0]).all() and torch.isfinite(out[0, 1, :17]).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_opcheck_on_cuda(dtype):
     def t(*shape):
         return torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=True)
 
     torch.library.opcheck(torch.ops.pygpt.attention.default, (t(2, 2, 5, 16), t(2, 2, 9, 16),
                                                               t(2, 2, 9, 8), True, None))
+    torch.library.opcheck(torch.ops.pygpt.attention.default,
+                          (t(2, 2, 5, 16), t(2, 2, 9, 16), t(2, 2, 9, 8), True, None, None, None,
+                           t(2, 7), t(2).abs().detach()))
     torch.library.opcheck(torch.ops.pygpt.layer_norm.default, (t(4, 33), t(33), t(33), 1e-5))
     torch.library.opcheck(torch.ops.pygpt.cross_entropy.default,
                           (t(6, 11), torch.randint(11, (6,), device="cuda"), -100))

@@ -77,3 +77,43 @@ def test_unpadded_attention_in_onnxruntime(tmp_path):
                  "kv_lengths": unused}
         got = session.run(None, {n: feeds[n] for n in names})[0]
         np.testing.assert_allclose(got, expected.numpy(), atol=1e-5, rtol=1e-5)
+
+
+class BiasedAttention(Attention):
+    """Attention with a relative-position table (a parameter) and ALiBi slopes (a buffer), as a
+    model holds them."""
+
+    def __init__(self, causal, lengths, max_distance=5):
+        super().__init__(causal, lengths)
+        g = torch.Generator().manual_seed(3)
+        self.table = torch.nn.Parameter(torch.randn(H, 2 * max_distance + 1, generator=g))
+        self.register_buffer("slopes", torch.tensor([0.5, 0.125]))
+
+    def forward(self, q, k, v, q_lengths, kv_lengths):
+        lengths = dict(q_lengths=q_lengths, kv_lengths=kv_lengths) if self.lengths else {}
+        return pygpt.ops.attention(q, k, v, causal=self.causal, rel_bias=self.table,
+                                   alibi_slopes=self.slopes, **lengths)
+
+
+@pytest.mark.parametrize("lengths", [True, False])
+@pytest.mark.parametrize("causal", [True, False])
+def test_position_bias_in_onnxruntime(causal, lengths, tmp_path):
+    """The relative table and ALiBi slopes become in-graph math (distances, a gather from the
+    table, added to the scores) that matches the kernels, padded or not, at other shapes (Tq <
+    Tk: the queries are the last positions) than the graph was traced with."""
+    module = BiasedAttention(causal, lengths)
+    session = export(module, tmp_path)
+    names = [i.name for i in session.get_inputs()]
+    for Tq, Tk, lq, lk in CASES if lengths else [(7, 7, None, None), (3, 40, None, None)]:
+        if lengths:
+            q, k, v, ql, kl = padded_inputs(H, Tq, Tk, DK, DV, lq, lk, torch.float32)
+        else:
+            q, k, v = (torch.randn(2, H, n, d) for n, d in ((Tq, DK), (Tk, DK), (Tk, DV)))
+            ql = kl = torch.zeros(2, dtype=torch.int64)  # unused by this graph
+        with torch.no_grad():
+            expected = module(q, k, v, ql, kl)
+        feeds = dict(zip(["q", "k", "v", "q_lengths", "kv_lengths"],
+                         (t.numpy() for t in (q, k, v, ql, kl))))
+        got = session.run(None, {n: feeds[n] for n in names})[0]
+        np.testing.assert_allclose(got, expected.numpy(), atol=1e-5, rtol=1e-5,
+                                   err_msg=f"Tq={Tq} Tk={Tk} lengths {lq} {lk}")

@@ -42,7 +42,8 @@ class Contract:
     bad: dict  # case name -> Bad
     off_device: str  # the argument moved to the meta device in test_bad_device
     # Trailing tensor arguments that the public wrapper takes by keyword and the raw op after
-    # the options (attention's lengths); `label` tells such a contract from the op's plain one.
+    # the options (attention's lengths and position biases); `label` tells such a contract from
+    # the op's plain one.
     keywords: tuple = ()
     label: str = ""
 
@@ -122,6 +123,37 @@ ATTENTION_LENGTHS = Contract("attention", ("q", "k", "v", "q_lengths", "kv_lengt
                              options=(True, None), good=_lengths_good, bad=_lengths_bad(),
                              off_device="kv_lengths", keywords=("q_lengths", "kv_lengths"),
                              label="attention_lengths")
+
+
+# --- attention's position biases: rel_bias (H, 2R + 1), alibi_slopes (H,), q's dtype/device --
+
+
+def _bias_good():
+    q, k, v = _attention_good()  # H=3
+    return q, k, v, None, None, rand(3, 5), rand(3)
+
+
+def _bias_bad():
+    q, k, v, ql, kl, table, slopes = _bias_good()
+    return {
+        "rel_bias_float64": Bad((q, k, v, ql, kl, table.double(), slopes), "rel_bias", WHAT_DTYPE),
+        "rel_bias_1d": Bad((q, k, v, ql, kl, table[0], slopes), "rel_bias", WHAT_RANK),
+        "rel_bias_heads": Bad((q, k, v, ql, kl, rand(2, 5), slopes), "rel_bias", WHAT_SIZE),
+        "rel_bias_even": Bad((q, k, v, ql, kl, rand(3, 4), None), "rel_bias", WHAT_SIZE + "|odd"),
+        "alibi_slopes_int": Bad((q, k, v, ql, kl, None, slopes.long()), "alibi_slopes",
+                                WHAT_DTYPE),
+        "alibi_slopes_2d": Bad((q, k, v, ql, kl, table, slopes[None]), "alibi_slopes", WHAT_RANK),
+        "alibi_slopes_heads": Bad((q, k, v, ql, kl, None, rand(4)), "alibi_slopes", WHAT_SIZE),
+    }
+
+
+_BIAS_ARGS = dict(arg_names=("q", "k", "v", "q_lengths", "kv_lengths", "rel_bias", "alibi_slopes"),
+                  options=(True, None), good=_bias_good,
+                  keywords=("q_lengths", "kv_lengths", "rel_bias", "alibi_slopes"))
+ATTENTION_REL_BIAS = Contract("attention", bad=_bias_bad(), off_device="rel_bias",
+                              label="attention_rel_bias", **_BIAS_ARGS)
+ATTENTION_ALIBI = Contract("attention", bad={}, off_device="alibi_slopes",
+                           label="attention_alibi", **_BIAS_ARGS)
 
 
 # --- layer_norm: x (..., C), weight (C) or None, bias (C) or None -----------------------------
@@ -227,7 +259,8 @@ ROTARY = Contract("rotary", ("x", "cos", "sin", "positions"), options=(False,), 
                   good=_rotary_good, bad=_rotary_bad(), off_device="positions")
 
 
-CONTRACTS = {c.key: c for c in (ATTENTION, ATTENTION_LENGTHS, LAYER_NORM, CROSS_ENTROPY, ROTARY)}
+CONTRACTS = {c.key: c for c in (ATTENTION, ATTENTION_LENGTHS, ATTENTION_REL_BIAS, ATTENTION_ALIBI,
+                                 LAYER_NORM, CROSS_ENTROPY, ROTARY)}
 
 BAD_CASES = [pytest.param(op, case, id=f"{op}-{case}")
              for op, contract in CONTRACTS.items() for case in contract.bad]

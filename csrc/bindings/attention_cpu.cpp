@@ -3,6 +3,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
@@ -17,14 +18,24 @@ cpu::View4<T> view4(const at::Tensor& t) {
   return {t.const_data_ptr<T>(), t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
 }
 
+// A bias input's gradient from its per-(batch, head) parts: summed over the batch; (0,) without
+// that input.
+at::Tensor bias_grad(const at::Tensor& per_batch, const at::Tensor& input) {
+  if (!input.defined()) return at::empty({0}, per_batch.options());
+  return per_batch.sum(0);
+}
+
 std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::Tensor& k,
                                                  const at::Tensor& v, bool causal,
                                                  std::optional<double> scale,
                                                  const std::optional<at::Tensor>& q_lengths,
-                                                 const std::optional<at::Tensor>& kv_lengths) {
+                                                 const std::optional<at::Tensor>& kv_lengths,
+                                                 const std::optional<at::Tensor>& rel_bias,
+                                                 const std::optional<at::Tensor>& alibi_slopes) {
   const char* op = "pygpt.attention";
   check_cpu_float(q, op, "q");
-  const AttentionArgs args = attention_args(q, k, v, causal, scale, q_lengths, kv_lengths, op);
+  const AttentionArgs args = attention_args(q, k, v, causal, scale, q_lengths, kv_lengths,
+                                            rel_bias, alibi_slopes, op);
   const AttentionShape& s = args.shape;
   at::Tensor out = at::empty({s.B, s.H, s.Tq, s.Dv}, q.options());
   at::Tensor lse = at::empty({s.B, s.H, s.Tq}, q.options());
@@ -32,19 +43,22 @@ std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::
     at::parallel_for(0, cpu::attention_forward_items(s), 1, [&](int64_t begin, int64_t end) {
       cpu::attention_forward<scalar_t>(s, view4<scalar_t>(q), view4<scalar_t>(k),
                                        view4<scalar_t>(v), out.data_ptr<scalar_t>(),
-                                       lse.data_ptr<scalar_t>(), begin, end);
+                                       lse.data_ptr<scalar_t>(), begin, end,
+                                       args.bias<scalar_t>());
     });
   });
   return {out, lse};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
     const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor& out, const at::Tensor& lse, bool causal, std::optional<double> scale,
-    const std::optional<at::Tensor>& q_lengths, const std::optional<at::Tensor>& kv_lengths) {
+    const std::optional<at::Tensor>& q_lengths, const std::optional<at::Tensor>& kv_lengths,
+    const std::optional<at::Tensor>& rel_bias, const std::optional<at::Tensor>& alibi_slopes) {
   const char* op = "pygpt.attention_backward";
   check_cpu_float(q, op, "q");
-  const AttentionArgs args = attention_args(q, k, v, causal, scale, q_lengths, kv_lengths, op);
+  const AttentionArgs args = attention_args(q, k, v, causal, scale, q_lengths, kv_lengths,
+                                            rel_bias, alibi_slopes, op);
   const AttentionShape& s = args.shape;
   check_matches(grad_out, "grad_out", q, "q", op);
   check_matches(out, "out", q, "q", op);
@@ -60,15 +74,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
   at::Tensor dq = at::empty({s.B, s.H, s.Tq, s.Dk}, q.options());
   at::Tensor dk = at::empty({s.B, s.H, s.Tk, s.Dk}, q.options());
   at::Tensor dv = at::empty({s.B, s.H, s.Tk, s.Dv}, q.options());
+  // The bias gradients per (batch, head), summed over the batch below; (0,): no such input.
+  const int64_t width = args.rel_bias.defined() ? args.rel_bias.size(1) : 0;
+  at::Tensor dtable = at::empty({s.B, s.H, width}, q.options());
+  at::Tensor dslopes = at::empty({s.B, s.H}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "pygpt.attention_backward", [&] {
     at::parallel_for(0, cpu::attention_backward_items(s), 1, [&](int64_t begin, int64_t end) {
       cpu::attention_backward<scalar_t>(
           s, view4<scalar_t>(q), view4<scalar_t>(k), view4<scalar_t>(v), view4<scalar_t>(out),
           view4<scalar_t>(grad_out), lse_c.const_data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
-          dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), begin, end);
+          dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), begin, end, args.bias<scalar_t>(),
+          dtable.data_ptr<scalar_t>(), dslopes.data_ptr<scalar_t>());
     });
   });
-  return {dq, dk, dv};
+  return {dq, dk, dv, bias_grad(dtable, args.rel_bias), bias_grad(dslopes, args.alibi_slopes)};
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // CUDA binding of pygpt.attention: the CPU binding's checks, contiguous inputs, outputs
 // allocated here, kernels enqueued on the current stream. lse is float32 on CUDA.
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
 #include "bindings/cuda_utils.h"
@@ -10,12 +11,19 @@
 namespace pygpt {
 namespace {
 
+// The checked arguments, the bias tensors converted to float32 (the kernels compute in float32).
 AttentionArgs checked_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            bool causal, std::optional<double> scale,
                            const std::optional<at::Tensor>& q_lengths,
-                           const std::optional<at::Tensor>& kv_lengths, const char* op) {
+                           const std::optional<at::Tensor>& kv_lengths,
+                           const std::optional<at::Tensor>& rel_bias,
+                           const std::optional<at::Tensor>& alibi_slopes, const char* op) {
   check_cuda_float(q, op, "q");
-  AttentionArgs args = attention_args(q, k, v, causal, scale, q_lengths, kv_lengths, op);
+  AttentionArgs args = attention_args(q, k, v, causal, scale, q_lengths, kv_lengths, rel_bias,
+                                      alibi_slopes, op);
+  for (at::Tensor* bias : {&args.rel_bias, &args.alibi_slopes}) {
+    if (bias->defined()) *bias = bias->to(at::kFloat).contiguous();
+  }
   const AttentionShape& s = args.shape;
   TORCH_CHECK(s.Dk <= cuda::kMaxHeadDim && s.Dv <= cuda::kMaxHeadDim, op,
               ": head dims up to ", cuda::kMaxHeadDim, " on CUDA, got Dk=", s.Dk, " Dv=", s.Dv);
@@ -26,9 +34,11 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
                                                   const at::Tensor& v, bool causal,
                                                   std::optional<double> scale,
                                                   const std::optional<at::Tensor>& q_lengths,
-                                                  const std::optional<at::Tensor>& kv_lengths) {
-  const AttentionArgs args =
-      checked_args(q, k, v, causal, scale, q_lengths, kv_lengths, "pygpt.attention");
+                                                  const std::optional<at::Tensor>& kv_lengths,
+                                                  const std::optional<at::Tensor>& rel_bias,
+                                                  const std::optional<at::Tensor>& alibi_slopes) {
+  const AttentionArgs args = checked_args(q, k, v, causal, scale, q_lengths, kv_lengths, rel_bias,
+                                          alibi_slopes, "pygpt.attention");
   const AttentionShape& s = args.shape;
   const c10::cuda::CUDAGuard guard(q.device());
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
@@ -36,16 +46,19 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
   at::Tensor lse = at::empty({s.B, s.H, s.Tq}, q.options().dtype(at::kFloat));
   C10_CUDA_CHECK(cuda::attention_forward(s, cuda_dtype(q), qc.const_data_ptr(), kc.const_data_ptr(),
                                          vc.const_data_ptr(), out.data_ptr(),
-                                         lse.data_ptr<float>(), current_stream()));
+                                         lse.data_ptr<float>(), current_stream(),
+                                         args.bias<float>()));
   return {out, lse};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor& out, const at::Tensor& lse, bool causal, std::optional<double> scale,
-    const std::optional<at::Tensor>& q_lengths, const std::optional<at::Tensor>& kv_lengths) {
+    const std::optional<at::Tensor>& q_lengths, const std::optional<at::Tensor>& kv_lengths,
+    const std::optional<at::Tensor>& rel_bias, const std::optional<at::Tensor>& alibi_slopes) {
   const char* op = "pygpt.attention_backward";
-  const AttentionArgs args = checked_args(q, k, v, causal, scale, q_lengths, kv_lengths, op);
+  const AttentionArgs args = checked_args(q, k, v, causal, scale, q_lengths, kv_lengths, rel_bias,
+                                          alibi_slopes, op);
   const AttentionShape& s = args.shape;
   check_matches(grad_out, "grad_out", q, "q", op);
   check_matches(out, "out", q, "q", op);
@@ -63,11 +76,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   at::Tensor dk = at::empty({s.B, s.H, s.Tk, s.Dk}, q.options());
   at::Tensor dv = at::empty({s.B, s.H, s.Tk, s.Dv}, q.options());
   at::Tensor scratch = workspace(cuda::attention_backward_workspace_bytes(s), q);
+  // The bias gradients, accumulated atomically in float32: (0,) without that input.
+  const auto f32 = q.options().dtype(at::kFloat);
+  auto zeros_or_empty = [&](const at::Tensor& input) {
+    return input.defined() ? at::zeros_like(input) : at::empty({0}, f32);
+  };
+  at::Tensor dtable = zeros_or_empty(args.rel_bias), dslopes = zeros_or_empty(args.alibi_slopes);
   C10_CUDA_CHECK(cuda::attention_backward(
       s, cuda_dtype(q), qc.const_data_ptr(), kc.const_data_ptr(), vc.const_data_ptr(),
       oc.const_data_ptr(), gc.const_data_ptr(), lc.const_data_ptr<float>(), dq.data_ptr(),
-      dk.data_ptr(), dv.data_ptr(), scratch.data_ptr(), current_stream()));
-  return {dq, dk, dv};
+      dk.data_ptr(), dv.data_ptr(), scratch.data_ptr(), current_stream(), args.bias<float>(),
+      dtable.data_ptr<float>(), dslopes.data_ptr<float>()));
+  return {dq, dk, dv, dtable.to(q.scalar_type()), dslopes.to(q.scalar_type())};
 }
 
 }  // namespace

@@ -10,13 +10,19 @@ extern "C" PyObject* PyInit__C(void) {
 }
 
 TORCH_LIBRARY(pygpt, m) {
-  // Returns (out, lse); lse is the log-sum-exp of each scaled, masked score row. The lengths are
-  // the real queries and keys of each batch row of a right-padded batch (None: all).
+  // Returns (out, lse); lse is the log-sum-exp of each scaled, biased, masked score row. The
+  // lengths are the real queries and keys of each batch row of a right-padded batch (None: all).
+  // rel_bias (H, 2R + 1) and alibi_slopes (H,) add a bias of the key - query distance to the
+  // scores (common/attention_shape.h's AttentionBias).
   m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=True, float? scale=None,"
-        " Tensor? q_lengths=None, Tensor? kv_lengths=None) -> (Tensor, Tensor)");
+        " Tensor? q_lengths=None, Tensor? kv_lengths=None, Tensor? rel_bias=None,"
+        " Tensor? alibi_slopes=None) -> (Tensor, Tensor)");
+  // Returns (grad_q, grad_k, grad_v, grad_rel_bias, grad_alibi_slopes); the gradient of a bias
+  // input not given is an empty tensor.
   m.def("attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,"
-        " bool causal, float? scale, Tensor? q_lengths=None, Tensor? kv_lengths=None)"
-        " -> (Tensor, Tensor, Tensor)");
+        " bool causal, float? scale, Tensor? q_lengths=None, Tensor? kv_lengths=None,"
+        " Tensor? rel_bias=None, Tensor? alibi_slopes=None)"
+        " -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   // Returns (y, mean, rstd).
   m.def("layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05)"
         " -> (Tensor, Tensor, Tensor)");

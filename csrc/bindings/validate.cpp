@@ -51,12 +51,31 @@ at::Tensor checked_lengths(const std::optional<at::Tensor>& lengths, const char*
   return t.to(at::kInt).contiguous();
 }
 
+// A score-bias tensor, checked: q's dtype and device, shape (H,) or (H, odd width); contiguous.
+at::Tensor checked_bias(const std::optional<at::Tensor>& bias, const char* name, bool table,
+                        const at::Tensor& q, const char* op) {
+  if (!bias.has_value()) return {};
+  const at::Tensor& t = bias.value();
+  check_matches(t, name, q, "q", op);
+  const int64_t H = q.size(1);
+  if (table) {
+    TORCH_CHECK(t.dim() == 2 && t.size(0) == H && t.size(1) % 2 == 1, op, ": ", name,
+                " must have shape (H, 2 * max_distance + 1) = (", H, ", odd), got ", t.sizes());
+  } else {
+    TORCH_CHECK(t.dim() == 1 && t.size(0) == H, op, ": ", name, " must have shape (", H,
+                ",), one slope per head, got ", t.sizes());
+  }
+  return t.contiguous();
+}
+
 }  // namespace
 
 AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                              bool causal, std::optional<double> scale,
                              const std::optional<at::Tensor>& q_lengths,
-                             const std::optional<at::Tensor>& kv_lengths, const char* op) {
+                             const std::optional<at::Tensor>& kv_lengths,
+                             const std::optional<at::Tensor>& rel_bias,
+                             const std::optional<at::Tensor>& alibi_slopes, const char* op) {
   TORCH_CHECK(q.dim() == 4, op, ": q must be 4-D (B, H, Tq, Dk), got shape ", q.sizes());
   TORCH_CHECK(k.dim() == 4, op, ": k must be 4-D (B, H, Tk, Dk), got shape ", k.sizes());
   TORCH_CHECK(v.dim() == 4, op, ": v must be 4-D (B, H, Tk, Dv), got shape ", v.sizes());
@@ -77,7 +96,9 @@ AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at:
   TORCH_CHECK_VALUE(std::isfinite(s), op, ": scale must be finite, got ", s);
   AttentionArgs args{{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), causal, s},
                      checked_lengths(q_lengths, "q_lengths", q.size(0), q.size(2), q, op),
-                     checked_lengths(kv_lengths, "kv_lengths", q.size(0), k.size(2), q, op)};
+                     checked_lengths(kv_lengths, "kv_lengths", q.size(0), k.size(2), q, op),
+                     checked_bias(rel_bias, "rel_bias", true, q, op),
+                     checked_bias(alibi_slopes, "alibi_slopes", false, q, op)};
   if (args.q_lengths.defined()) args.shape.q_lengths = args.q_lengths.const_data_ptr<int32_t>();
   if (args.kv_lengths.defined()) args.shape.kv_lengths = args.kv_lengths.const_data_ptr<int32_t>();
   return args;

@@ -30,4 +30,32 @@ struct AttentionShape {
   PYGPT_HOST_DEVICE int64_t kv_len(int64_t b) const { return kv_lengths ? kv_lengths[b] : Tk; }
 };
 
+// An additive, per-head bias of the scores that depends only on the distance d = j - pos(i)
+// between key j and query i (pos(i) = i + kv_len - q_len: the queries are the last positions of
+// their row, the causal mask's bottom-right alignment), so no (Tq, Tk) tensor ever exists:
+//   s_ij = scale * q_i . k_j + table[h, clamp(d, -R, R) + R] - slopes[h] * |d|
+// table (H, 2R + 1) is a learned relative-position bias (R = max_distance), slopes (H,) ALiBi's;
+// either may be absent (nullptr). Host memory for the CPU kernels, device memory for CUDA.
+template <typename T>
+struct AttentionBias {
+  const T* table = nullptr;
+  int64_t max_distance = 0;  // R
+  const T* slopes = nullptr;
+
+  PYGPT_HOST_DEVICE bool any() const { return table != nullptr || slopes != nullptr; }
+  PYGPT_HOST_DEVICE int64_t width() const { return 2 * max_distance + 1; }
+  // The table column of distance d.
+  PYGPT_HOST_DEVICE int64_t bucket(int64_t d) const {
+    return (d < -max_distance ? -max_distance : d > max_distance ? max_distance : d) +
+           max_distance;
+  }
+  // The bias of head h at distance d.
+  PYGPT_HOST_DEVICE T at(int64_t h, int64_t d) const {
+    T b = T(0);
+    if (table != nullptr) b += table[h * width() + bucket(d)];
+    if (slopes != nullptr) b -= slopes[h] * static_cast<T>(d < 0 ? -d : d);
+    return b;
+  }
+};
+
 }  // namespace pygpt

@@ -2,7 +2,10 @@
 // online softmax (running max and sum per row), so no Tq x Tk score matrix ever exists; it keeps
 // only the log-sum-exp per row. The backward recomputes each score tile from that log-sum-exp, in
 // the key-tile-outer order of FlashAttention-2: a key tile's dK and dV stay in a small accumulator
-// while the query tiles stream past, and dQ accumulates in a per-head buffer.
+// while the query tiles stream past, and dQ accumulates in a per-head buffer. A position bias
+// (AttentionBias) is added to each score row as it is computed, in both passes; its gradients
+// (the score gradients dS, summed per table column and per slope) go to per-(batch, head)
+// buffers, so parallel items never share an element.
 #include "cpu/attention.h"
 
 #include <algorithm>
@@ -82,6 +85,61 @@ T exp_shifted_sum(T* x, int64_t n, T shift) {
   return sum;
 }
 
+// A score row's keys j < n, at distances d0 + j, split where the table's clamp changes: [0, lo)
+// clamp to -R (column 0), [lo, hi) lie within (-R, R) (column d0 + j + R), [hi, n) clamp to R
+// (column 2R). So each part is a plain, vectorisable loop.
+struct BiasRanges {
+  int64_t lo, hi;
+};
+
+BiasRanges bias_ranges(int64_t d0, int64_t n, int64_t R) {
+  const int64_t lo = std::clamp<int64_t>(1 - R - d0, 0, n);
+  return {lo, std::clamp<int64_t>(R - d0, lo, n)};
+}
+
+// x[j] += bias(h, d0 + j) for j < n: one query row's scores, d0 = its first key's distance.
+template <typename T>
+void add_bias(T* x, int64_t n, const AttentionBias<T>& bias, int64_t h, int64_t d0) {
+  if (bias.table != nullptr) {
+    const T* row = bias.table + h * bias.width();
+    const int64_t R = bias.max_distance;
+    const auto [lo, hi] = bias_ranges(d0, n, R);
+    for (int64_t j = 0; j < lo; ++j) x[j] += row[0];
+#pragma omp simd
+    for (int64_t j = lo; j < hi; ++j) x[j] += row[d0 + R + j];
+    for (int64_t j = hi; j < n; ++j) x[j] += row[2 * R];
+  }
+  if (bias.slopes != nullptr) {
+    const T slope = bias.slopes[h];
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) x[j] -= slope * std::abs(T(d0 + j));
+  }
+}
+
+// One query row's share of the bias gradients: ds[j] (the score gradient) goes to the table
+// column of distance d0 + j and, times -|d0 + j|, to the slope (each nullptr: not wanted).
+template <typename T>
+void add_bias_grad(const T* ds, int64_t n, const AttentionBias<T>& bias, int64_t d0, T* dtable,
+                   T* dslope) {
+  if (dtable != nullptr) {
+    const int64_t R = bias.max_distance;
+    const auto [lo, hi] = bias_ranges(d0, n, R);
+    T below = 0, above = 0;
+    for (int64_t j = 0; j < lo; ++j) below += ds[j];
+#pragma omp simd
+    for (int64_t j = lo; j < hi; ++j) dtable[d0 + R + j] += ds[j];
+    for (int64_t j = hi; j < n; ++j) above += ds[j];
+    dtable[0] += below;
+    dtable[2 * R] += above;
+  }
+  if (dslope != nullptr) {
+    T sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; ++j) sum += ds[j] * std::abs(T(d0 + j));
+    *dslope -= sum;
+  }
+}
+
 }  // namespace
 
 int64_t attention_forward_items(const AttentionShape& s) {
@@ -92,7 +150,7 @@ int64_t attention_backward_items(const AttentionShape& s) { return s.B * s.H; }
 
 template <typename T>
 void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T> v, T* out, T* lse,
-                       int64_t item_begin, int64_t item_end) {
+                       int64_t item_begin, int64_t item_end, const AttentionBias<T>& bias) {
   constexpr int64_t NR = tile_cols<T>();
   const int64_t q_tiles = (s.Tq + kQueryTile - 1) / kQueryTile;
   const int64_t dk_pad = round_up(s.Dk, NR), dv_pad = round_up(s.Dv, NR);
@@ -138,9 +196,14 @@ void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T>
         const int64_t nvis = std::clamp<int64_t>(visible_keys(s, len, r0 + i) - k0, 0, nk);
         std::fill(p + nvis, p + nk, T(0));
         if (nvis == 0) continue;
+        // Key k0's distance from this query, at position r0 + i + kv - q (the row's last ones).
+        if (bias.any()) add_bias(p, nvis, bias, h, k0 - (r0 + i + len.kv - len.q));
         const T m_new = std::max(m[i], row_max(p, nvis));
-        const T correction = exp_fast(m[i] - m_new);
-        l[i] = l[i] * correction + exp_shifted_sum(p, nvis, m_new);
+        // All scores so far -inf: shift by 0, not -inf, so that -inf - -inf (NaN) never arises
+        // and the row's sum stays 0. NaN or +inf scores make NaN here, which must reach out.
+        const T shift = m_new == -std::numeric_limits<T>::infinity() ? T(0) : m_new;
+        const T correction = exp_fast(m[i] - shift);
+        l[i] = l[i] * correction + exp_shifted_sum(p, nvis, shift);
         m[i] = m_new;
         if (correction != T(1)) {
           T* a = acc.data() + i * dv_pad;
@@ -154,7 +217,9 @@ void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T>
     for (int64_t i = 0; i < mq; ++i) {
       const int64_t row = bh * s.Tq + r0 + i;
       T* o = out + row * s.Dv;
-      if (l[i] > T(0)) {
+      // Decided by the mask, never by l: a NaN or infinite score makes l NaN (or 0, when every
+      // score is -inf), and that must give NaN as softmax does, not the zeros of an empty row.
+      if (visible_keys(s, len, r0 + i) > 0) {
         const T inv = T(1) / l[i];
         const T* a = acc.data() + i * dv_pad;
         for (int64_t c = 0; c < s.Dv; ++c) o[c] = a[c] * inv;
@@ -170,7 +235,7 @@ void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T>
 template <typename T>
 void attention_backward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T> v, View4<T> out,
                         View4<T> grad_out, const T* lse, T* dq, T* dk, T* dv, int64_t item_begin,
-                        int64_t item_end) {
+                        int64_t item_end, const AttentionBias<T>& bias, T* dtable, T* dslopes) {
   constexpr int64_t NR = tile_cols<T>();
   const int64_t dk_pad = round_up(s.Dk, NR), dv_pad = round_up(s.Dv, NR);
   const int64_t tq_pad = round_up(s.Tq, kTileRows);
@@ -183,6 +248,11 @@ void attention_backward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T
     const int64_t b = bh / s.H, h = bh % s.H;
     const RowLengths len{s.q_len(b), s.kv_len(b)};
     const T* lse_bh = lse + bh * s.Tq;
+    T* const dtable_bh = bias.table != nullptr && dtable != nullptr ? dtable + bh * bias.width()
+                                                                     : nullptr;
+    T* const dslope_bh = bias.slopes != nullptr && dslopes != nullptr ? dslopes + bh : nullptr;
+    if (dtable_bh != nullptr) std::fill(dtable_bh, dtable_bh + bias.width(), T(0));
+    if (dslope_bh != nullptr) *dslope_bh = T(0);
     // Padded queries and keys get zero gradients; only the real ones are read below.
     zero_rows(dq + bh * s.Tq * s.Dk, len.q, s.Tq, s.Dk);
     zero_rows(dk + bh * s.Tk * s.Dk, len.kv, s.Tk, s.Dk);
@@ -227,11 +297,16 @@ void attention_backward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T
           T* dsr = ds.data() + i * kKeyTile;
           const int64_t nvis = std::clamp<int64_t>(visible_keys(s, len, r0 + i) - k0, 0, nk);
           const T row_lse = lse_bh[r0 + i], row_delta = delta[r0 + i];
+          const int64_t d0 = k0 - (r0 + i + len.kv - len.q);  // key k0 - query position
+          if (bias.any()) add_bias(pr, nvis, bias, h, d0);
 #pragma omp simd
           for (int64_t j = 0; j < nvis; ++j) {
             const T pj = exp_fast(pr[j] - row_lse);
             pr[j] = pj;
             dsr[j] = pj * (dsr[j] - row_delta);
+          }
+          if (dtable_bh != nullptr || dslope_bh != nullptr) {
+            add_bias_grad(dsr, nvis, bias, d0, dtable_bh, dslope_bh);
           }
           std::fill(pr + nvis, pr + nk_pad, T(0));
           std::fill(dsr + nvis, dsr + nk_pad, T(0));
@@ -253,6 +328,11 @@ void attention_backward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T
     for (int64_t i = 0; i < len.q; ++i) {
       const T* a = dq_acc.data() + i * dk_pad;
       T* d = dq + (bh * s.Tq + i) * s.Dk;
+      // A row that sees no key gets exactly 0, even where the tile product added 0 * NaN keys.
+      if (visible_keys(s, len, i) == 0) {
+        std::fill(d, d + s.Dk, T(0));
+        continue;
+      }
       for (int64_t c = 0; c < s.Dk; ++c) d[c] = a[c] * scale;
     }
   }
@@ -260,9 +340,10 @@ void attention_backward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T
 
 #define PYGPT_INSTANTIATE_ATTENTION(T)                                                          \
   template void attention_forward<T>(const AttentionShape&, View4<T>, View4<T>, View4<T>, T*,  \
-                                     T*, int64_t, int64_t);                                    \
+                                     T*, int64_t, int64_t, const AttentionBias<T>&);           \
   template void attention_backward<T>(const AttentionShape&, View4<T>, View4<T>, View4<T>,     \
-                                      View4<T>, View4<T>, const T*, T*, T*, T*, int64_t, int64_t);
+                                      View4<T>, View4<T>, const T*, T*, T*, T*, int64_t, int64_t, \
+                                      const AttentionBias<T>&, T*, T*);
 PYGPT_INSTANTIATE_ATTENTION(float)
 PYGPT_INSTANTIATE_ATTENTION(double)
 #undef PYGPT_INSTANTIATE_ATTENTION

@@ -30,19 +30,25 @@ constexpr int64_t kAttentionQueryTile = 32;
 int64_t attention_forward_items(const AttentionShape& s);
 
 // Computes out (B, H, Tq, Dv) and lse (B, H, Tq), both contiguous, for work items [begin, end).
-// Rows that see no key at all (causal with Tq > Tk) get out = 0 and lse = -inf.
+// Rows that see no key at all (causal with Tq > Tk) get out = 0 and lse = -inf. bias (none by
+// default) is added to the scores, computed per (query, key) pair as it is needed.
 template <typename T>
 void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T> v, T* out, T* lse,
-                       int64_t item_begin, int64_t item_end);
+                       int64_t item_begin, int64_t item_end, const AttentionBias<T>& bias = {});
 
 // Number of independent backward work items: B * H.
 int64_t attention_backward_items(const AttentionShape& s);
 
 // Gradients dq (B,H,Tq,Dk), dk (B,H,Tk,Dk), dv (B,H,Tk,Dv), all contiguous, for work items
-// [begin, end). out and grad_out are strided; lse is contiguous (B, H, Tq) as written by the forward.
+// [begin, end). out and grad_out are strided; lse is contiguous (B, H, Tq) as written by the
+// forward. With the forward's bias: the bias's gradients per (batch, head), which the caller sums
+// over the batch (so that items running in parallel never write the same element): dtable
+// (B, H, 2R + 1) where bias.table is set, dslopes (B, H) where bias.slopes is set (each nullptr:
+// not wanted).
 template <typename T>
 void attention_backward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T> v, View4<T> out,
                         View4<T> grad_out, const T* lse, T* dq, T* dk, T* dv, int64_t item_begin,
-                        int64_t item_end);
+                        int64_t item_end, const AttentionBias<T>& bias = {}, T* dtable = nullptr,
+                        T* dslopes = nullptr);
 
 }  // namespace pygpt::cpu

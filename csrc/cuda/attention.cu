@@ -22,11 +22,20 @@
 // dQ's atomic accumulation makes its float32 rounding order, hence dq's last bits, vary between
 // runs; dk, dv and the forward are deterministic.
 //
+// Position bias (AttentionBias: a relative table and / or ALiBi slopes, float32): each visible
+// score gets bias(h, key - query position) as it is computed, forward (in log2 units) and
+// backward. Its gradients: after each (query tile, key tile) step of the backward, one thread per
+// diagonal of the dS tile (one distance) sums it and atomically adds the sum to the head's table
+// column (and, times -|d|, to its slope) in float32 buffers the caller zeroed; like dq, their
+// last bits vary between runs.
+//
 // Masking: a key j is visible to query i iff j < visible_keys(i) (a prefix; bottom-right causal
 // alignment); masked scores are -inf before the max, so exp2 gives exactly 0. A row that sees no
 // key keeps max = -inf; the exponent shift then uses 0 instead of -inf, so every exp2 argument is
-// -inf (never NaN) and the row ends with sum 0: out = 0, lse = -inf. In the backward, a key is
-// used only if visible and the row's lse is not -inf, so such rows give P = dS = 0.
+// -inf (never NaN) and the row ends with sum 0. Whether a row is empty is decided by the mask,
+// never by its sum: an empty row gets out = 0, lse = -inf; a row that sees keys gets acc / sum,
+// so NaN or +inf scores (NaN sum) and all -inf scores (0 / 0) give NaN, as softmax does. In
+// the backward only visible keys get P and dS (others exactly 0, so no masked NaN leaks in).
 //
 // Padded batches (AttentionShape's q_lengths / kv_lengths, device pointers): every kernel reads
 // its batch row's Lq and Lk and masks with them where it masked with Tq and Tk (so each row gets
@@ -223,6 +232,7 @@ struct ForwardParams {
   int Dk, Dv;
   float q_mul;  // scale * log2(e)
   bool causal;
+  AttentionBias<float> bias;  // in natural units (the kernel scales it by log2(e))
 };
 
 template <typename T, int DMAX, int BQ>
@@ -244,6 +254,8 @@ __global__ void __launch_bounds__(ForwardConfig<DMAX, BQ>::kThreads,
   const int64_t q0 = (p.q_tiles - 1 - blockIdx.x % p.q_tiles) * C::kBlockQ;
   const int64_t Tq = p.Tq, Tk = p.Tk;
   const int64_t Lq = p.lengths.q_len(bh, Tq), Lk = p.lengths.kv_len(bh, Tk);
+  const int64_t h = bh % p.lengths.H;
+  const bool has_bias = p.bias.any();
   const int Dk = p.Dk, Dv = p.Dv;
   if (q0 >= Lq) {  // block-uniform: a tile of padded queries only writes zeros and -inf
     const int rows = static_cast<int>(min_of<int64_t>(C::kBlockQ, Tq - q0));
@@ -316,10 +328,16 @@ __global__ void __launch_bounds__(ForwardConfig<DMAX, BQ>::kThreads,
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int nvis = mask.limit(r);
+      const int64_t d0 = k0 - (warp_first + r + Lk - Lq);  // key k0 - this query's position
       float tile_max = neg_inf();
 #pragma unroll
       for (int t = 0; t < kKPL; ++t) {
-        if (lane + kWarpSize * t >= nvis) s[r][t] = neg_inf();
+        const int j = lane + kWarpSize * t;
+        if (j >= nvis) {
+          s[r][t] = neg_inf();
+        } else if (has_bias) {
+          s[r][t] = fmaf(p.bias.at(h, d0 + j), kLog2e, s[r][t]);
+        }
         tile_max = fmaxf(tile_max, s[r][t]);
       }
       const float m_new = fmaxf(m[r], warp_allreduce(tile_max, MaxOp{}));
@@ -367,7 +385,9 @@ __global__ void __launch_bounds__(ForwardConfig<DMAX, BQ>::kThreads,
     if (i >= Tq) break;  // warp-uniform
     const float row_sum = warp_allreduce(l[r], SumOp{});
     T* const o = static_cast<T*>(p.out) + (bh * Tq + i) * Dv;
-    const bool seen = row_sum > 0.f;  // at least one visible key (its term is exp2(0) = 1)
+    // Decided by the mask, never by the sum: NaN or infinite scores make the sum NaN (or 0 when
+    // every score is -inf), which must give NaN as softmax does, not an empty row's zeros.
+    const bool seen = visible_keys(i, Lq, Lk, p.causal) > 0;
     const float inv = seen ? 1.f / row_sum : 0.f;
 #pragma unroll
     for (int u = 0; u < kDPL; ++u) {
@@ -464,7 +484,29 @@ struct BackwardParams {
   int Dk, Dv;
   float scale;
   bool causal;
+  AttentionBias<float> bias;
+  float* dtable;   // (H, 2R + 1) float32, added to atomically; nullptr: not wanted
+  float* dslopes;  // (H,) float32, likewise
 };
+
+// The bias gradients of one (query tile, key tile) pair, dS (kBQ, kBK) in shared memory (0 where
+// masked): every diagonal of dS has one key - query distance, d_base + j - r, so one thread sums
+// each diagonal and adds it atomically to the head's table column of that distance (and, times
+// -|d|, to the head's slope). Zero sums (masked diagonals) add nothing.
+template <int kThreads, int kBQ, int kBK>
+__device__ __forceinline__ void add_bias_grads(const float* dSs, int64_t d_base,
+                                               const AttentionBias<float>& bias, int64_t h,
+                                               float* dtable, float* dslopes) {
+  for (int g = threadIdx.x; g < kBQ + kBK - 1; g += kThreads) {
+    const int off = g - (kBQ - 1);  // j - r along this diagonal
+    float sum = 0.f;
+    for (int r = max_of(0, -off); r < kBQ && r + off < kBK; ++r) sum += dSs[r * kBK + r + off];
+    if (sum == 0.f) continue;  // NaN is not 0: it propagates
+    const int64_t d = d_base + off;
+    if (dtable != nullptr) atomicAdd(dtable + h * bias.width() + bias.bucket(d), sum);
+    if (dslopes != nullptr) atomicAdd(dslopes + h, -sum * static_cast<float>(d < 0 ? -d : d));
+  }
+}
 
 template <typename T, int DMAX, int BQ, int BK>
 __global__ void __launch_bounds__(BackwardConfig<DMAX, BQ, BK>::kThreads,
@@ -488,6 +530,9 @@ __global__ void __launch_bounds__(BackwardConfig<DMAX, BQ, BK>::kThreads,
   const int64_t k0 = (blockIdx.x % p.k_tiles) * kBK;
   const int64_t Tq = p.Tq, Tk = p.Tk;
   const int64_t Lq = p.lengths.q_len(bh, Tq), Lk = p.lengths.kv_len(bh, Tk);
+  const int64_t h = bh % p.lengths.H;
+  const bool has_bias = p.bias.any();
+  const bool bias_grads = p.dtable != nullptr || p.dslopes != nullptr;
   const int Dk = p.Dk, Dv = p.Dv;
   if (k0 >= Lk) {  // block-uniform: a tile of padded keys only writes zero gradients
     const int tile_keys = static_cast<int>(min_of<int64_t>(kBK, Tk - k0));
@@ -577,14 +622,17 @@ __global__ void __launch_bounds__(BackwardConfig<DMAX, BQ, BK>::kThreads,
       for (int r = 0; r < kQR; ++r) {  // P = exp(S - lse), dS = P * (dP - delta)
         const int nvis = mask.limit(r);
         const float row_lse = lse_s[row0 + r], row_delta = delta_s[row0 + r];
-        const bool row_live = row_lse != neg_inf();
+        const int64_t d0 = k0 - (warp_first + r + Lk - Lq);  // key k0 - this query's position
 #pragma unroll
         for (int t = 0; t < kKPL; ++t) {
+          // Only visible keys: a masked key's P and dS are exactly 0, whatever NaN its value or
+          // the row's delta holds; a visible key's NaN (in S, lse or delta) propagates.
           const int j = lane + kWarpSize * t;
-          const float pj =
-              (row_live && j < nvis) ? exp2f(fmaf(s[r][t], kLog2e, -row_lse)) : 0.f;
+          const bool vis = j < nvis;
+          const float sj = vis && has_bias ? s[r][t] + p.bias.at(h, d0 + j) : s[r][t];
+          const float pj = vis ? exp2f(fmaf(sj, kLog2e, -row_lse)) : 0.f;
           Ps[(row0 + r) * kBK + j] = pj;
-          dSs[(row0 + r) * kBK + j] = pj * (dp[r][t] - row_delta);
+          dSs[(row0 + r) * kBK + j] = vis ? pj * (dp[r][t] - row_delta) : 0.f;
         }
       }
     } else {
@@ -621,6 +669,11 @@ __global__ void __launch_bounds__(BackwardConfig<DMAX, BQ, BK>::kThreads,
       }
     }
 
+    if (bias_grads) {  // block-uniform
+      add_bias_grads<C::kThreads, kBQ, kBK>(dSs, k0 - (q0 + Lk - Lq), p.bias, h, p.dtable,
+                                            p.dslopes);
+    }
+
     // dQ phase: dq_acc[rows] += dS K for this warp's rows, lanes' dims (scale applied at the end).
     if (warp_sees) {
       float dq[kQR][kDPL];
@@ -647,10 +700,13 @@ __global__ void __launch_bounds__(BackwardConfig<DMAX, BQ, BK>::kThreads,
           }
         }
       }
+      const TileMask mask = tile_mask(warp_first, kQR, k0, nk, Lq, Lk, p.causal);
 #pragma unroll
       for (int r = 0; r < kQR; ++r) {
         const int64_t i = warp_first + r;
         if (i >= Lq) break;  // padded rows' dq stays the preprocess's zero
+        // A row that sees none of these keys adds nothing (not even 0 * a NaN key).
+        if (mask.limit(r) == 0) continue;
 #pragma unroll
         for (int u = 0; u < kDPL; ++u) {
           const int c = lane * kDPL + u;
@@ -722,7 +778,8 @@ unsigned elementwise_blocks(int64_t work_items, int64_t per_block) {
 
 template <typename T, int DMAX, int BQ>
 cudaError_t launch_forward(const AttentionShape& s, const void* q, const void* k,
-                           const void* v, void* out, float* lse, cudaStream_t stream) {
+                           const void* v, void* out, float* lse, const AttentionBias<float>& bias,
+                           cudaStream_t stream) {
   using C = ForwardConfig<DMAX, BQ>;
   ForwardParams p;
   p.q = q, p.k = k, p.v = v, p.out = out, p.lse = lse;
@@ -732,6 +789,7 @@ cudaError_t launch_forward(const AttentionShape& s, const void* q, const void* k
   p.Dk = static_cast<int>(s.Dk), p.Dv = static_cast<int>(s.Dv);
   p.q_mul = static_cast<float>(s.scale * 1.4426950408889634);
   p.causal = s.causal;
+  p.bias = bias;
   const int64_t blocks = s.B * s.H * p.q_tiles;
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
   auto kernel = attention_forward_kernel<T, DMAX, BQ>;
@@ -743,23 +801,25 @@ cudaError_t launch_forward(const AttentionShape& s, const void* q, const void* k
 // The larger query tile where the device's shared memory holds it (any device within 48 KB).
 template <typename T, int DMAX>
 cudaError_t launch_forward_fitting(const AttentionShape& s, const void* q, const void* k,
-                                   const void* v, void* out, float* lse, cudaStream_t stream) {
+                                   const void* v, void* out, float* lse,
+                                   const AttentionBias<float>& bias, cudaStream_t stream) {
   constexpr size_t kLargeTileBytes = ForwardConfig<DMAX, 64>::kSharedBytes;
   if constexpr (kLargeTileBytes > kMaxSharedBytesNoOptIn) {
     if (kLargeTileBytes > shared_memory_limit()) {
-      return launch_forward<T, DMAX, 32>(s, q, k, v, out, lse, stream);
+      return launch_forward<T, DMAX, 32>(s, q, k, v, out, lse, bias, stream);
     }
   }
-  return launch_forward<T, DMAX, 64>(s, q, k, v, out, lse, stream);
+  return launch_forward<T, DMAX, 64>(s, q, k, v, out, lse, bias, stream);
 }
 
 template <typename T>
 cudaError_t forward_typed(const AttentionShape& s, const void* q, const void* k,
-                          const void* v, void* out, float* lse, cudaStream_t stream) {
+                          const void* v, void* out, float* lse, const AttentionBias<float>& bias,
+                          cudaStream_t stream) {
   switch (head_dim_bucket(s)) {
-    case 32: return launch_forward_fitting<T, 32>(s, q, k, v, out, lse, stream);
-    case 64: return launch_forward_fitting<T, 64>(s, q, k, v, out, lse, stream);
-    default: return launch_forward_fitting<T, 128>(s, q, k, v, out, lse, stream);
+    case 32: return launch_forward_fitting<T, 32>(s, q, k, v, out, lse, bias, stream);
+    case 64: return launch_forward_fitting<T, 64>(s, q, k, v, out, lse, bias, stream);
+    default: return launch_forward_fitting<T, 128>(s, q, k, v, out, lse, bias, stream);
   }
 }
 
@@ -794,7 +854,8 @@ cudaError_t launch_backward_main_fitting(const AttentionShape& s, const Backward
 template <typename T>
 cudaError_t backward_typed(const AttentionShape& s, const void* q, const void* k,
                            const void* v, const void* out, const void* grad_out, const float* lse,
-                           void* dq, void* dk, void* dv, void* workspace, cudaStream_t stream) {
+                           void* dq, void* dk, void* dv, void* workspace, cudaStream_t stream,
+                           const AttentionBias<float>& bias, float* dtable, float* dslopes) {
   const int64_t rows = s.B * s.H * s.Tq;
   float* const dq_acc = static_cast<float*>(workspace);
   float* const delta = dq_acc + rows * s.Dk;
@@ -817,6 +878,9 @@ cudaError_t backward_typed(const AttentionShape& s, const void* q, const void* k
   p.Dk = static_cast<int>(s.Dk), p.Dv = static_cast<int>(s.Dv);
   p.scale = static_cast<float>(s.scale);
   p.causal = s.causal;
+  p.bias = bias;
+  p.dtable = bias.table != nullptr ? dtable : nullptr;
+  p.dslopes = bias.slopes != nullptr ? dslopes : nullptr;
   cudaError_t err;
   switch (head_dim_bucket(s)) {
     case 32: err = launch_backward_main_fitting<T, 32>(s, p, stream); break;
@@ -836,12 +900,12 @@ cudaError_t backward_typed(const AttentionShape& s, const void* q, const void* k
 
 cudaError_t attention_forward(const AttentionShape& s, DType dtype, const void* q,
                               const void* k, const void* v, void* out, float* lse,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, const AttentionBias<float>& bias) {
   if (!valid_shape(s)) return cudaErrorInvalidValue;
   if (s.B * s.H * s.Tq == 0) return cudaSuccess;  // no output; Tk == 0 still writes 0 and -inf
   switch (dtype) {
-    case DType::kFloat32: return forward_typed<float>(s, q, k, v, out, lse, stream);
-    case DType::kBFloat16: return forward_typed<uint16_t>(s, q, k, v, out, lse, stream);
+    case DType::kFloat32: return forward_typed<float>(s, q, k, v, out, lse, bias, stream);
+    case DType::kBFloat16: return forward_typed<uint16_t>(s, q, k, v, out, lse, bias, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -855,15 +919,17 @@ size_t attention_backward_workspace_bytes(const AttentionShape& s) {
 cudaError_t attention_backward(const AttentionShape& s, DType dtype, const void* q,
                                const void* k, const void* v, const void* out,
                                const void* grad_out, const float* lse, void* dq, void* dk,
-                               void* dv, void* workspace, cudaStream_t stream) {
+                               void* dv, void* workspace, cudaStream_t stream,
+                               const AttentionBias<float>& bias, float* dtable, float* dslopes) {
   if (!valid_shape(s)) return cudaErrorInvalidValue;
   if (s.B * s.H == 0 || s.Tq + s.Tk == 0) return cudaSuccess;  // no gradient to write
   switch (dtype) {
     case DType::kFloat32:
-      return backward_typed<float>(s, q, k, v, out, grad_out, lse, dq, dk, dv, workspace, stream);
+      return backward_typed<float>(s, q, k, v, out, grad_out, lse, dq, dk, dv, workspace, stream,
+                                   bias, dtable, dslopes);
     case DType::kBFloat16:
       return backward_typed<uint16_t>(s, q, k, v, out, grad_out, lse, dq, dk, dv, workspace,
-                                      stream);
+                                      stream, bias, dtable, dslopes);
   }
   return cudaErrorInvalidValue;
 }

@@ -14,9 +14,10 @@ constexpr int64_t kMaxHeadDim = 128;
 // s.q_lengths / s.kv_lengths, where set, point to B int32 lengths in device memory, already
 // within [0, Tq] / [0, Tk]; padded queries get out = 0 and lse = -inf, and no padded position of
 // q, k or v is read.
+// bias (none by default; float32 device memory) is added to the scores as on the CPU.
 cudaError_t attention_forward(const AttentionShape& s, DType dtype, const void* q,
                               const void* k, const void* v, void* out, float* lse,
-                              cudaStream_t stream);
+                              cudaStream_t stream, const AttentionBias<float>& bias = {});
 
 // Bytes of float32 scratch attention_backward needs (dQ accumulator and the rowsum(dO * O)).
 size_t attention_backward_workspace_bytes(const AttentionShape& s);
@@ -25,9 +26,14 @@ size_t attention_backward_workspace_bytes(const AttentionShape& s);
 // lengths, padded queries' dq and padded keys' dk, dv are zero, and no padded position of the
 // inputs (lse included) is read.
 // workspace: attention_backward_workspace_bytes(s) bytes of device memory, contents ignored.
+// With the forward's bias: its gradients are added (atomically, float32) into dtable (H, 2R + 1)
+// where bias.table is set and dslopes (H,) where bias.slopes is set; the caller zeroes them
+// (nullptr: not wanted).
 cudaError_t attention_backward(const AttentionShape& s, DType dtype, const void* q,
                                const void* k, const void* v, const void* out,
                                const void* grad_out, const float* lse, void* dq, void* dk,
-                               void* dv, void* workspace, cudaStream_t stream);
+                               void* dv, void* workspace, cudaStream_t stream,
+                               const AttentionBias<float>& bias = {}, float* dtable = nullptr,
+                               float* dslopes = nullptr);
 
 }  // namespace pygpt::cuda

@@ -21,7 +21,7 @@ from pygpt.config import ModelConfig
 from pygpt.kernels import KernelModule
 from pygpt.mlm_data import IGNORE_INDEX  # a label the losses skip
 from pygpt.models.blocks import transformer_block
-from pygpt.nn import Embeddings, LayerNorm
+from pygpt.nn import Embeddings, LayerNorm, position_bias
 
 
 class BertOutput(NamedTuple):
@@ -49,6 +49,8 @@ class BERT(KernelModule):
         self.embed = Embeddings(cfg.vocab_size, cfg.n_embd, cfg.block_size,
                                 position=cfg.pos_encoding, dropout=cfg.dropout,
                                 norm=cfg.embed_norm, segments=cfg.type_vocab_size)
+        # relative / alibi: one score bias for every layer (else None).
+        self.pos_bias = position_bias(cfg.pos_encoding, cfg.n_head, cfg.max_distance)
         self.blocks = nn.ModuleList(transformer_block(cfg, causal=False)
                                     for _ in range(cfg.n_layer))
         self.final_norm = LayerNorm(cfg.n_embd) if cfg.final_norm else None
@@ -80,8 +82,9 @@ class BERT(KernelModule):
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (batch, time), got shape {tuple(input_ids.shape)}")
         x = self.embed(input_ids, segment_ids=segment_ids)
+        bias = self.pos_bias() if self.pos_bias is not None else None
         for block in self.blocks:
-            x = block(x, lengths=lengths)
+            x = block(x, lengths=lengths, position_bias=bias)
         return self.final_norm(x) if self.final_norm is not None else x
 
     def forward(self, input_ids: torch.Tensor, segment_ids: Optional[torch.Tensor] = None,

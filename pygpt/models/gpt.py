@@ -19,7 +19,7 @@ from pygpt.config import RELATIVE_ENCODINGS, ModelConfig
 from pygpt.decoding import Generates
 from pygpt.kernels import KernelModule
 from pygpt.models.blocks import transformer_block
-from pygpt.nn import Embeddings, KVCache, LayerNorm, gpt2_init
+from pygpt.nn import Embeddings, KVCache, LayerNorm, gpt2_init, position_bias
 
 
 class GPTOutput(NamedTuple):
@@ -36,6 +36,8 @@ class GPT(KernelModule, Generates):
                                 norm=cfg.embed_norm)
         self.blocks = nn.ModuleList(transformer_block(cfg, causal=True)
                                     for _ in range(cfg.n_layer))
+        # relative / alibi: one score bias for every layer (else None).
+        self.pos_bias = position_bias(cfg.pos_encoding, cfg.n_head, cfg.max_distance)
         self.final_norm = LayerNorm(cfg.n_embd) if cfg.final_norm else None
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=cfg.head_bias)
         if cfg.tie_weights:
@@ -72,8 +74,9 @@ class GPT(KernelModule, Generates):
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"the cache has {len(cache)} layers, the model {len(self.blocks)}")
         x = self.embed(idx, start=cache.position if cache is not None else 0)
+        bias = self.pos_bias() if self.pos_bias is not None else None
         for i, block in enumerate(self.blocks):
-            x = block(x, cache[i] if cache is not None else None)
+            x = block(x, cache[i] if cache is not None else None, position_bias=bias)
         if self.final_norm is not None:
             x = self.final_norm(x)
         logits = self.lm_head(x)

@@ -9,8 +9,9 @@ from pygpt.nn.kv_cache import KVCache, LayerKV
 from pygpt.nn.layer_norm import LayerNorm
 from pygpt.nn.mlp import MLP
 from pygpt.nn.position import LearnedPositions, SinusoidalPositions, position_encoding
+from pygpt.nn.position_bias import PositionBias, ScoreBias, alibi_slopes, position_bias
 from pygpt.nn.rotary import Rotary
 
 __all__ = ["Block", "Embeddings", "KVCache", "LayerKV", "LayerNorm", "LearnedPositions", "MLP",
-           "MultiHeadAttention", "Rotary", "SinusoidalPositions", "gpt2_init",
-           "position_encoding"]
+           "MultiHeadAttention", "PositionBias", "Rotary", "ScoreBias", "SinusoidalPositions",
+           "alibi_slopes", "gpt2_init", "position_bias", "position_encoding"]

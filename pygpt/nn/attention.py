@@ -11,6 +11,7 @@ from torch import nn
 
 from pygpt.kernels import KernelModule
 from pygpt.nn.kv_cache import LayerKV
+from pygpt.nn.position_bias import ScoreBias
 from pygpt.nn.rotary import Rotary
 
 
@@ -45,7 +46,8 @@ class MultiHeadAttention(KernelModule):
 
     def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
                 cache: Optional[LayerKV] = None, lengths: Optional[torch.Tensor] = None,
-                context_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+                context_lengths: Optional[torch.Tensor] = None,
+                position_bias: Optional[ScoreBias] = None) -> torch.Tensor:
         """x (B, T, dim) -> (B, T, dim). Keys and values come from x (self-attention) or from
         context (cross-attention). With a cache, self-attention appends the new positions' keys
         and values to it and the queries, the last T positions, attend over everything cached
@@ -54,7 +56,8 @@ class MultiHeadAttention(KernelModule):
 
         Right-padded batches: lengths (B,) are the real positions of each row of x, and
         context_lengths those of the context (self-attention: the keys are x's, so lengths);
-        padded queries give zeros and nothing attends to padding."""
+        padded queries give zeros and nothing attends to padding. position_bias: a relative
+        position or ALiBi bias of the scores (pygpt.nn.position_bias), applied in the kernel."""
         B, T, _ = x.shape
         if cache is not None and context is None and lengths is not None:
             raise ValueError("a self-attention cache holds unpadded rows; lengths cannot be used "
@@ -70,8 +73,10 @@ class MultiHeadAttention(KernelModule):
             if cache is not None:
                 k, v = cache.append(k, v)
         kv_lengths = lengths if context is None else context_lengths
+        bias = position_bias or ScoreBias()
         y = self.kern.attention(q, k, v, causal=self.causal, q_lengths=lengths,
-                                kv_lengths=kv_lengths)
+                                kv_lengths=kv_lengths, rel_bias=bias.rel_bias,
+                                alibi_slopes=bias.alibi_slopes)
         y = y.transpose(1, 2).reshape(B, T, -1)
         if self.proj is not None:
             y = self.proj(y)

@@ -12,6 +12,7 @@ from pygpt.nn.attention import MultiHeadAttention
 from pygpt.nn.kv_cache import LayerKV
 from pygpt.nn.layer_norm import LayerNorm
 from pygpt.nn.mlp import MLP
+from pygpt.nn.position_bias import ScoreBias
 
 NormPlacement = Literal["pre", "post", "none"]
 
@@ -37,11 +38,14 @@ class Block(KernelModule):
         return norm(y) if self.norm == "post" else y
 
     def forward(self, x: torch.Tensor, cache: Optional[LayerKV] = None,
-                lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+                lengths: Optional[torch.Tensor] = None,
+                position_bias: Optional[ScoreBias] = None) -> torch.Tensor:
         """x (B, T, dim); lengths (B,): the real positions of each row of a right-padded batch
-        (padding rows of the output are not meaningful, only never NaN from attention)."""
+        (padding rows of the output are not meaningful, only never NaN from attention);
+        position_bias: the model's score bias, for the attention."""
         x = self._sublayer(x, self.attn_norm,
-                           lambda h: self.attn(h, cache=cache, lengths=lengths))
+                           lambda h: self.attn(h, cache=cache, lengths=lengths,
+                                               position_bias=position_bias))
         if self.mlp is not None:
             x = self._sublayer(x, self.mlp_norm, self.mlp)
         return x

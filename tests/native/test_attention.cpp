@@ -1,12 +1,14 @@
 // Tests the flash-attention kernels (csrc/cpu/attention.h) in float and double against a naive
 // double oracle that builds the full score matrix: out, lse, dq, dk, dv for causal and full
 // attention, Tq != Tk both ways, Dk != Dv, strided views, split item ranges, finite differences,
-// and right-padded batches (per-row lengths, padding filled with NaN).
+// right-padded batches (per-row lengths, padding filled with NaN), and NaN propagation
+// (attention_nonfinite_cases.h) in float and double.
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
+#include "attention_nonfinite_cases.h"
 #include "cpu/attention.h"
 #include "test_support.h"
 
@@ -404,6 +406,25 @@ void check_finite_differences(Rng& rng, int64_t Tq, int64_t Tk, bool causal) {
   expect_close(name + " dv", dv, num_dv, tol, tol);
 }
 
+// The kernels in T on dense double inputs (rounded to T), results back in double.
+template <typename T>
+AttentionResults run_dense(const AttentionShape& s, const std::vector<double>& q,
+                           const std::vector<double>& k, const std::vector<double>& v,
+                           const std::vector<double>& dout) {
+  auto tensor = [&s](const std::vector<double>& x, int64_t T_, int64_t D) {
+    Tensor4<T> t(s.B, s.H, T_, D, Layout::kContiguous);
+    t.assign(std::vector<T>(x.begin(), x.end()));
+    return t;
+  };
+  const Tensor4<T> qt = tensor(q, s.Tq, s.Dk), kt = tensor(k, s.Tk, s.Dk);
+  const Tensor4<T> vt = tensor(v, s.Tk, s.Dv), dt = tensor(dout, s.Tq, s.Dv);
+  const Forward<T> f = run_forward(s, qt, kt, vt, {0, pygpt::cpu::attention_forward_items(s)});
+  const Tensor4<T> ot = tensor(to_double(f.out), s.Tq, s.Dv);
+  const Backward<T> g =
+      run_backward(s, qt, kt, vt, ot, dt, f.lse, {0, pygpt::cpu::attention_backward_items(s)});
+  return {to_double(f.out), to_double(f.lse), to_double(g.dq), to_double(g.dk), to_double(g.dv)};
+}
+
 }  // namespace
 
 int main() {
@@ -415,5 +436,7 @@ int main() {
   check_finite_differences(rng, 5, 7, true);
   check_finite_differences(rng, 6, 4, true);  // two queries see no key
   check_finite_differences(rng, 4, 6, false);
+  check_nan_propagation("cpu<float>", run_dense<float>, rng);
+  check_nan_propagation("cpu<double>", run_dense<double>, rng);
   return Tally::get().finish("test_attention");
 }

@@ -4,8 +4,9 @@
 // no key included), Dk != Dv, head dims 1 to 128, a long case, empty sizes, more than 65535
 // blocks, pointers that are only element-aligned, right-padded batches (per-row lengths, NaN in
 // every padded position of q, k, v, out, lse and grad_out; padded outputs must be exactly 0 and
-// -inf), and the rejected head dim. Outputs and the workspace start NaN-filled, so anything the
-// kernels leave unwritten (or read) shows. Exits with 77 (ctest's skip code) when there is no GPU.
+// -inf), NaN propagation (../attention_nonfinite_cases.h), and the rejected head dim. Outputs
+// and the workspace start NaN-filled, so anything the kernels leave unwritten (or read) shows.
+// Exits with 77 (ctest's skip code) when there is no GPU.
 //
 // Inputs are rounded to the dtype on the host first, so the double reference and the kernel see
 // the same values. Tolerances (|got - ref| <= tol * max|ref| + tol * |ref|):
@@ -25,10 +26,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "../attention_nonfinite_cases.h"
 #include "../test_support.h"
 #include "cpu/attention.h"
 #include "cuda/attention.h"
@@ -358,6 +361,35 @@ void run_case(const Case& c, DType dtype, uint64_t seed, cudaStream_t stream,
   }
 }
 
+// The CUDA kernels in float32 on dense inputs, results in double (for the NaN cases).
+AttentionResults run_dense(const AttentionShape& s, const std::vector<double>& q,
+                           const std::vector<double>& k, const std::vector<double>& v,
+                           const std::vector<double>& dout) {
+  const DType dtype = DType::kFloat32;
+  cudaStream_t stream = nullptr;
+  auto device = [&](const std::vector<double>& x) {
+    auto buffer = std::make_unique<DeviceBuffer>(x.size() * 4);
+    buffer->upload(encode(x, dtype).bytes.data());
+    return buffer;
+  };
+  const auto q_d = device(q), k_d = device(k), v_d = device(v), dout_d = device(dout);
+  DeviceBuffer out_d(s.B * s.H * s.Tq * s.Dv * 4), lse_d(s.B * s.H * s.Tq * 4);
+  DeviceBuffer dq_d(q.size() * 4), dk_d(k.size() * 4), dv_d(v.size() * 4);
+  DeviceBuffer workspace(pygpt::cuda::attention_backward_workspace_bytes(s));
+  expect_launch("nan forward", pygpt::cuda::attention_forward(s, dtype, q_d->get(), k_d->get(),
+                                                              v_d->get(), out_d.get(),
+                                                              lse_d.as_float(), stream),
+                stream);
+  expect_launch("nan backward",
+                pygpt::cuda::attention_backward(s, dtype, q_d->get(), k_d->get(), v_d->get(),
+                                                out_d.get(), dout_d->get(), lse_d.as_float(),
+                                                dq_d.get(), dk_d.get(), dv_d.get(),
+                                                workspace.get(), stream),
+                stream);
+  return {decode(out_d.download(), dtype), download_floats(lse_d), decode(dq_d.download(), dtype),
+          decode(dk_d.download(), dtype), decode(dv_d.download(), dtype)};
+}
+
 // Head dims the kernels reject come back as cudaErrorInvalidValue without a launch.
 void check_rejects_large_head_dim(cudaStream_t stream) {
   for (const auto& [Dk, Dv] : {std::pair<int64_t, int64_t>{129, 64}, {64, 129}}) {
@@ -452,6 +484,8 @@ int main() {
   // 70000 blocks, more than gridDim.y allows: once, as the host emulator runs blocks one by one.
   run_case({700, 100, 1, 3, 2, 2, true, 0, 1}, DType::kFloat32, seed++, stream);
   check_rejects_large_head_dim(stream);
+  Rng rng(99);
+  check_nan_propagation("cuda<float32>", run_dense, rng);
 
   cuda_check(cudaStreamDestroy(stream), "cudaStreamDestroy");
   return Tally::get().finish("test_attention_cuda");
