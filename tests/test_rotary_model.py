@@ -1,4 +1,4 @@
-"""GPTs with rotary positions or none (pygpt.config.RELATIVE_ENCODINGS), and the ReLU MLP: our
+"""GPTs with rotary positions, score biases or none (pygpt.config.RELATIVE_ENCODINGS), and the ReLU MLP: our
 kernels against plain PyTorch, prefill + decode through the cache against one full forward, the
 rolling KV cache past the context length (against re-running the last block_size tokens for a
 one-layer model, and against full-sequence sliding-window attention for a deeper one), the
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from helpers import TINY, close, make_model, rand_tokens, twin
 from pygpt.config import ModelConfig, config_from_dict, to_dict
 from pygpt.decoding import Sampling
-from pygpt.kernels import KERNELS, KernelModule
+from pygpt.kernels import KERNELS, KernelModule, explicit_position_bias
 from pygpt.nn import MLP, Rotary
 
 # Half of each head rotating, ReLU and post-norm (the documents' block); whole heads; no positions.
@@ -20,7 +20,11 @@ ROTARY = dataclasses.replace(TINY, pos_encoding="rotary", rotary_dim=8, activati
                              norm="post")
 ROTARY_FULL = dataclasses.replace(TINY, pos_encoding="rotary", rope_base=500.0)
 NONE = dataclasses.replace(TINY, pos_encoding="none")
-CONFIGS = {"rotary": ROTARY, "rotary-full": ROTARY_FULL, "none": NONE}
+# The score biases slide the same way (their bias depends on key - query distance only).
+RELATIVE = dataclasses.replace(TINY, pos_encoding="relative", max_distance=5)
+ALIBI = dataclasses.replace(TINY, pos_encoding="alibi", n_head=3, n_embd=24)
+CONFIGS = {"rotary": ROTARY, "rotary-full": ROTARY_FULL, "none": NONE, "relative": RELATIVE,
+           "alibi": ALIBI}
 TOL = dict(atol=1e-4, rtol=1e-4)
 
 
@@ -43,7 +47,8 @@ def test_ext_matches_torch_forward_backward(name):
 def test_no_absolute_position_embedding(name):
     model = make_model(CONFIGS[name])
     assert model.embed.pos is None and model.rolling_cache
-    assert not any("pos" in key or "rotary" in key for key in model.state_dict())
+    learned = [key for key in model.state_dict() if "pos" in key or "rotary" in key]
+    assert learned == (["pos_bias.table"] if name == "relative" else [])  # the bias table only
     rotaries = [m for m in model.modules() if isinstance(m, Rotary)]
     assert len(rotaries) == (TINY.n_layer if name.startswith("rotary") else 0)
 
@@ -115,12 +120,16 @@ def test_rolling_cache_equals_last_window_one_layer(name, kernels):
 def _sliding_window_attention(window):
     """The torch kernel set with attention restricted to the last `window` keys of each query
     (full-sequence forward, Tq == Tk): what a rolling cache computes at every layer."""
-    def attention(q, k, v, *, causal=True, scale=None, q_lengths=None, kv_lengths=None):
+    def attention(q, k, v, *, causal=True, scale=None, q_lengths=None, kv_lengths=None,
+                  rel_bias=None, alibi_slopes=None):
         assert causal and q_lengths is None and kv_lengths is None and q.shape[2] == k.shape[2]
         i = torch.arange(q.shape[2])[:, None]
         j = torch.arange(k.shape[2])[None, :]
         band = (j <= i) & (j > i - window)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=band, scale=scale)
+        mask = torch.zeros(band.shape, dtype=q.dtype).masked_fill(~band, float("-inf"))
+        if rel_bias is not None or alibi_slopes is not None:
+            mask = mask + explicit_position_bias((j - i)[None, None], rel_bias, alibi_slopes)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
     return dataclasses.replace(KERNELS["torch"], attention=attention)
 
