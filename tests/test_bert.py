@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers import close, spread_, twin
-from pygpt.config import ModelConfig
+from pygpt.config import ModelConfig, config_from_dict, preset, to_dict
 from pygpt.models import BERT, build
 from pygpt.models.bert import IGNORE_INDEX
 
@@ -18,6 +18,7 @@ V = 30
 POST = ModelConfig(arch="bert", vocab_size=V, block_size=24, n_layer=2, n_head=2, n_embd=32,
                    norm="post", embed_norm=True, final_norm=False, num_labels=3)
 PRE = dataclasses.replace(POST, norm="pre", final_norm=True)
+MEAN = dataclasses.replace(POST, pooling="mean")
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 
@@ -42,7 +43,7 @@ def batch(seed=1, B=4, T=19):
     return ids, segments, lengths, mlm_labels
 
 
-@pytest.mark.parametrize("cfg", [POST, PRE], ids=["post", "pre"])
+@pytest.mark.parametrize("cfg", [POST, PRE, MEAN], ids=["post", "pre", "mean-pooling"])
 def test_ext_matches_torch(cfg):
     ext = make(cfg)
     ref = twin(ext, "torch")
@@ -61,7 +62,7 @@ def test_ext_matches_torch(cfg):
 
 
 @pytest.mark.parametrize("kernels", ["ext", "torch"])
-@pytest.mark.parametrize("cfg", [POST, PRE], ids=["post", "pre"])
+@pytest.mark.parametrize("cfg", [POST, PRE, MEAN], ids=["post", "pre", "mean-pooling"])
 def test_a_sentence_alone_equals_it_in_a_padded_batch(cfg, kernels):
     """Padding invariance: each row's hidden states, pooled heads and masked-LM logits equal those
     of the row run alone at its own length, whatever the padding holds."""
@@ -103,6 +104,31 @@ def test_heads_and_losses_written_out():
     assert no_cls(ids, seg, lengths).mlm_logits.shape == (4, 19, V)
     with pytest.raises(ValueError, match="classification head"):
         no_cls(ids, seg, lengths, labels=labels)
+
+
+def test_mean_pooling_written_out():
+    """With pooling "mean" the classifier reads the mean final hidden state over each row's real
+    tokens (padding excluded), and the pooler still serves next-sentence prediction."""
+    model = make(MEAN).eval()
+    ids, seg, lengths, _ = batch()
+    out = model(ids, seg, lengths)
+    h = model.encode(ids, seg, lengths)
+    means = torch.stack([h[b, :n].mean(0) for b, n in enumerate(lengths.tolist())])
+    close(out.logits, model.classifier(means), TOL, "logits of the mean")
+    close(out.nsp_logits, model.nsp(torch.tanh(model.pooler(h[:, 0]))), TOL, "nsp on [CLS]")
+    close(model(ids[:1])[3], model.classifier(model.encode(ids[:1]).mean(1)), TOL, "no lengths")
+    assert not torch.allclose(out.logits, make(POST).eval()(ids, seg, lengths).logits)
+    with pytest.raises(ValueError, match="pooling"):
+        ModelConfig(arch="bert", pooling="max")
+
+
+def test_pooling_defaults():
+    """The bert presets pool by the mean; a config saved before the field existed (an older
+    checkpoint's, its classifier trained on [CLS]) loads as cls, as it was trained."""
+    assert preset("bert-baby").model.pooling == preset("bert-classify").model.pooling == "mean"
+    saved = to_dict(POST)
+    del saved["pooling"]
+    assert config_from_dict(ModelConfig, saved).pooling == "cls"
 
 
 def test_structure_and_initialisation():
