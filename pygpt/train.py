@@ -131,11 +131,12 @@ def _check_task(train_cfg: TrainConfig, model_flags: dict[str, Any]) -> None:
 
 def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any],
                      overrides_given: dict[str, Any]) -> ModelConfig:
-    """The source checkpoint's model; only dropout may change for fine-tuning."""
+    """The source checkpoint's model; only dropout and a BERT's pooling may change for
+    fine-tuning (neither changes the weights)."""
     source = Path(train_cfg.init_from)
     if "tokenizer" in overrides_given:
         raise SystemExit("--init-from keeps the source's tokenizer; --tokenizer cannot change it")
-    changed = sorted(set(model_flags) - {"dropout"})
+    changed = sorted(set(model_flags) - {"dropout", "pooling"})
     if changed:
         raise SystemExit("--init-from keeps the source model's shape; these flags cannot change "
                          f"it: {', '.join('--' + k.replace('_', '-') for k in changed)}")

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers import close, spread_, twin
-from pygpt.config import ModelConfig
+from pygpt.config import ModelConfig, config_from_dict, preset, to_dict
 from pygpt.models import BERT, build
 from pygpt.models.bert import IGNORE_INDEX
 
@@ -26,7 +26,9 @@ ROTARY = dataclasses.replace(POST, pos_encoding="rotary", rotary_dim=8, activati
 NONE = dataclasses.replace(PRE, pos_encoding="none")
 RELATIVE = dataclasses.replace(POST, pos_encoding="relative", max_distance=4)
 ALIBI = dataclasses.replace(PRE, pos_encoding="alibi", n_head=4)
-CONFIGS = dict(post=POST, pre=PRE, rotary=ROTARY, none=NONE, relative=RELATIVE, alibi=ALIBI)
+MEAN = dataclasses.replace(POST, pooling="mean")
+CONFIGS = dict(post=POST, pre=PRE, rotary=ROTARY, none=NONE, relative=RELATIVE, alibi=ALIBI,
+               mean_pooling=MEAN)
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 
@@ -112,6 +114,31 @@ def test_heads_and_losses_written_out():
     assert no_cls(ids, seg, lengths).mlm_logits.shape == (4, 19, V)
     with pytest.raises(ValueError, match="classification head"):
         no_cls(ids, seg, lengths, labels=labels)
+
+
+def test_mean_pooling_written_out():
+    """With pooling "mean" the classifier reads the mean final hidden state over each row's real
+    tokens (padding excluded), and the pooler still serves next-sentence prediction."""
+    model = make(MEAN).eval()
+    ids, seg, lengths, _ = batch()
+    out = model(ids, seg, lengths)
+    h = model.encode(ids, seg, lengths)
+    means = torch.stack([h[b, :n].mean(0) for b, n in enumerate(lengths.tolist())])
+    close(out.logits, model.classifier(means), TOL, "logits of the mean")
+    close(out.nsp_logits, model.nsp(torch.tanh(model.pooler(h[:, 0]))), TOL, "nsp on [CLS]")
+    close(model(ids[:1])[3], model.classifier(model.encode(ids[:1]).mean(1)), TOL, "no lengths")
+    assert not torch.allclose(out.logits, make(POST).eval()(ids, seg, lengths).logits)
+    with pytest.raises(ValueError, match="pooling"):
+        ModelConfig(arch="bert", pooling="max")
+
+
+def test_pooling_defaults():
+    """The bert presets pool by the mean; a config saved before the field existed (an older
+    checkpoint's, its classifier trained on [CLS]) loads as cls, as it was trained."""
+    assert preset("bert-baby").model.pooling == preset("bert-classify").model.pooling == "mean"
+    saved = to_dict(POST)
+    del saved["pooling"]
+    assert config_from_dict(ModelConfig, saved).pooling == "cls"
 
 
 def test_structure_and_initialisation():

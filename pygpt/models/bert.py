@@ -6,7 +6,8 @@ Embeddings are token + position + segment (A or B), then a layer norm and dropou
 are post-norm ("Add & Norm", as in BERT) or pre-norm (then with a final norm), per the config.
 Heads: the pooler (tanh of a linear map of the [CLS] vector), the masked-LM head (a transform,
 GELU, layer norm, then a decoder tied to the token embedding, with its own bias), the
-next-sentence head on the pooled vector, and a classification head when `num_labels` > 0.
+next-sentence head on the pooled vector, and a classification head when `num_labels` > 0,
+reading the pooled [CLS] vector or (pooling "mean") the mean hidden state of the real tokens.
 Initialisation as BERT's: every weight ~ N(0, 0.02), biases zero, layer norms at identity.
 """
 from __future__ import annotations
@@ -29,6 +30,14 @@ class BertOutput(NamedTuple):
     mlm_logits: Optional[torch.Tensor]  # (n masked, V) with mlm_labels, else (B, T, V)
     nsp_logits: Optional[torch.Tensor]  # (B, 2): is B the true next segment?
     logits: Optional[torch.Tensor]  # (B, num_labels), with a classification head
+
+
+def mean_over_tokens(h: torch.Tensor, lengths: Optional[torch.Tensor]) -> torch.Tensor:
+    """The mean (B, C) of h (B, T, C) over each row's first lengths[b] positions (None: all)."""
+    if lengths is None:
+        return h.mean(1)
+    real = torch.arange(h.shape[1], device=h.device) < lengths[:, None]
+    return (h * real[..., None].to(h.dtype)).sum(1) / lengths[:, None].to(h.dtype)
 
 
 class MaskedLMHead(KernelModule):
@@ -108,7 +117,10 @@ class BERT(KernelModule):
         nsp_logits = self.nsp(pooled) if self.nsp is not None else None
         if nsp_labels is not None and nsp_logits is not None:
             losses.append(ce(nsp_logits, nsp_labels))
-        logits = self.classifier(pooled) if self.classifier is not None else None
+        logits = None
+        if self.classifier is not None:
+            logits = self.classifier(pooled if self.config.pooling == "cls"
+                                     else mean_over_tokens(h, lengths))
         if labels is not None:
             if logits is None:
                 raise ValueError("labels given to a BERT without a classification head "
