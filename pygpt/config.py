@@ -112,24 +112,19 @@ class ModelConfig:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.max_distance < 0:
-            raise ValueError(f"max_distance must not be negative, got {self.max_distance}")
-        if self.type_vocab_size < 0 or self.num_labels < 0:
-            raise ValueError("type_vocab_size and num_labels must not be negative")
+        for name in ("dropout", "label_smoothing"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.pos_encoding == "rotary" and (not 0 <= self.rotary_dim <= self.qk_head_dim
                                               or self.rotary_width % 2):
             raise ValueError(f"rotary_dim must be even and at most the query/key head width "
                              f"{self.qk_head_dim} (0: all of it), got {self.rotary_width}")
         if not self.rope_base > 1.0:
             raise ValueError(f"rope_base must be greater than 1, got {self.rope_base}")
-        for name in ("n_dec_layer", "qk_dim", "v_dim"):
+        for name in ("type_vocab_size", "num_labels", "n_dec_layer", "qk_dim", "v_dim",
+                     "max_distance"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative (0: the default), got "
-                                 f"{getattr(self, name)}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         seq2seq_only = [name for name in ("n_dec_layer", "qk_dim", "v_dim", "label_smoothing")
                         if getattr(self, name) and self.arch != "seq2seq"]
         if self.arch == "seq2seq" and self.pos_encoding in ("relative", "alibi"):
@@ -169,8 +164,7 @@ class ModelConfig:
 class TrainConfig:
     """How a run trains; saved in config.json so --resume continues the same run."""
 
-    data: Optional[str] = opt(None, "a UTF-8 text file (default: the tiny-Shakespeare text "
-                                    "shipped in the package)")
+    data: Optional[str] = opt(None, "a UTF-8 text file (default: the shipped tiny-Shakespeare)")
     tokenizer: Literal["char", "bpe", "wordpiece"] = opt(
         "char", "characters, a byte-level BPE or a WordPiece (BERT's) trained on the data with "
                 "--vocab-size tokens")
@@ -183,19 +177,28 @@ class TrainConfig:
                     "default preset is bert-classify")
     val_data: Optional[str] = opt(None, "classify: labelled validation data (default: a "
                                         "stratified tenth of --data held out)")
+    src_data: Optional[str] = opt(None, "seq2seq: source sentences, one a line (.gz: gzip)")
+    tgt_data: Optional[str] = opt(None, "seq2seq: their translations, line for line")
+    val_src: Optional[str] = opt(None, "seq2seq: validation sources (default: a fixed 1 in 20 "
+                                       "training pairs, at most 2000, held out)")
+    val_tgt: Optional[str] = opt(None, "seq2seq: the validation sources' translations")
     out: str = opt("out", "output folder for the checkpoint, metrics and plots")
     batch_size: int = opt(12, "sequences per micro-batch")
+    max_tokens: int = opt(4096, "seq2seq: tokens per micro-batch (sources + targets, padding "
+                                "included), instead of --batch-size")
+    bleu_sentences: int = opt(100, "seq2seq: validation sentences translated (greedy) at each "
+                                   "evaluation for val_bleu (0: none)")
     grad_accum: int = opt(1, "micro-batches per optimizer step")
     max_iters: int = opt(2000, "optimizer steps in total (with --resume: the new total)")
     optimizer: Literal["adamw", "sgd"] = opt("adamw", "optimizer")
     lr: float = opt(1e-3, "peak learning rate")
     min_lr: float = opt(0.0, "learning rate at the end of the decay")
-    warmup_iters: int = opt(100, "steps of linear warmup from 0 to --lr (a warning when it "
-                                 "takes over a third of the schedule: a run of --max-iters "
-                                 "100 would be all warmup, with no decay)")
-    schedule: Literal["cosine", "wsd", "constant"] = opt(
+    warmup_iters: int = opt(100, "steps of linear warmup from 0 to --lr (a warning when it takes"
+                                 " over a third of the schedule, e.g. all of a 100-step run)")
+    schedule: Literal["cosine", "wsd", "constant", "inverse_sqrt"] = opt(
         "wsd", "after warmup: cosine decay to --min-lr; wsd: hold --lr, then decay linearly "
-                  "to --min-lr over the last --cooldown-frac of the run; or constant")
+                  "to --min-lr over the last --cooldown-frac of the run; constant; or "
+                  "inverse_sqrt: --lr * sqrt(warmup / step), at least --min-lr (the Transformer's)")
     cooldown_frac: float = opt(0.2, "wsd: fraction of the run spent decaying")
     lr_decay_iters: Optional[int] = opt(None, "step where the decay ends (default: --max-iters)")
     weight_decay: float = opt(0.1, "AdamW decoupled weight decay (never on norms, biases, "
@@ -206,22 +209,21 @@ class TrainConfig:
     eval_interval: int = opt(250, "steps between evaluations (and checkpoints)")
     eval_iters: int = opt(40, "batches per split per evaluation")
     seed: int = opt(1337, "seed for initialisation, data order and dropout")
-    threads: Optional[int] = opt(None, "torch intra-op threads (default: half the CPUs this "
-                                       "process may use, at least 1; torch's own default, all of "
-                                       "them, collapses when another busy process shares them)")
+    threads: Optional[int] = opt(None, "torch intra-op threads (default: half the usable CPUs: "
+                                       "all of them collapses beside another busy process)")
     kernels: Literal[KERNEL_SETS] = opt("ext", "our C++ kernels, or plain PyTorch ops")
-    compile: bool = opt(False, "train through torch.compile (our ops compile without graph "
-                               "breaks)")
+    compile: bool = opt(False, "train through torch.compile (our ops compile unbroken)")
     device: str = opt("cpu", "torch device")
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        for name in ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters",
-                     "threads", "lr_decay_iters"):
+        for name in ("batch_size", "max_tokens", "grad_accum", "max_iters", "eval_interval",
+                     "eval_iters", "threads", "lr_decay_iters"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.warmup_iters < 0:
-            raise ValueError(f"warmup_iters must not be negative, got {self.warmup_iters}")
+        for name in ("warmup_iters", "bleu_sentences"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)}")
@@ -246,9 +248,6 @@ PRESETS: dict[str, Preset] = {
     "shakespeare": Preset(ModelConfig(block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2),
                           TrainConfig(batch_size=64, lr=1e-3, max_iters=5000,
                                       eval_interval=500, eval_iters=100)),
-    # The minimal model of the classic from-scratch tutorial this project started from: embedding,
-    # fixed sinusoidal positions, a layer norm, one multi-head attention layer (W_Q, W_K, W_V; no
-    # W_O, MLP or residual) and an output projection with bias, trained by plain SGD.
     # BERT pretraining (masked-LM + next-sentence) on the shipped Shakespeare, in minutes on 2
     # cores: post-norm as in BERT, WordPiece, sentence pairs of consecutive lines.
     "bert-baby": Preset(ModelConfig(arch="bert", vocab_size=2000, block_size=64, n_layer=4,
@@ -267,6 +266,16 @@ PRESETS: dict[str, Preset] = {
         TrainConfig(tokenizer="wordpiece", task="classify", batch_size=32, lr=5e-4,
                     warmup_iters=30, schedule="cosine", weight_decay=0.01, max_iters=600,
                     eval_interval=50, eval_iters=10)),
+    # The Transformer paper's translator sized for 2 CPU cores (3 + 3 pre-norm blocks, joint BPE):
+    # 11 epochs of Multi30k; wsd (val ppl 14.9 after 400 steps there, the paper's inverse_sqrt 17).
+    "seq2seq": Preset(
+        ModelConfig(arch="seq2seq", vocab_size=8000, block_size=128, n_layer=3, n_head=4,
+                    n_embd=256, dropout=0.1, pos_encoding="sinusoidal", label_smoothing=0.1),
+        TrainConfig(tokenizer="bpe", max_tokens=4096, lr=1e-3, beta2=0.98, warmup_iters=400,
+                    weight_decay=0.01, max_iters=2500, eval_iters=10)),
+    # The minimal model of the classic from-scratch tutorial this project started from: embedding,
+    # fixed sinusoidal positions, a layer norm, one multi-head attention layer (W_Q, W_K, W_V; no
+    # W_O, MLP or residual) and an output projection with bias, trained by plain SGD.
     "seed": Preset(ModelConfig(block_size=10, n_layer=1, n_head=5, n_embd=60, dropout=0.0,
                                bias=False, pos_encoding="sinusoidal", mlp=False, attn_proj=False,
                                residual=False, block_norm=False, embed_norm=True,
@@ -277,7 +286,7 @@ PRESETS: dict[str, Preset] = {
 
 
 # The preset a run starts from when --preset is not given, per model family.
-DEFAULT_PRESETS = {"gpt": "baby", "bert": "bert-baby"}
+DEFAULT_PRESETS = {"gpt": "baby", "bert": "bert-baby", "seq2seq": "seq2seq"}
 CLASSIFY_PRESET = "bert-classify"  # the default with --task classify
 
 

@@ -1,6 +1,8 @@
 """Pictures of training runs: `python -m pygpt.plot RUN [RUN ...]` draws the train and val loss
 that `python -m pygpt.train` logged in each run's metrics.jsonl, against optimizer steps and
-against tokens seen, several runs overlaid in one PNG.
+against tokens seen, several runs overlaid in one PNG; and, when a run logged it (a translator's
+val_bleu), the validation BLEU against steps in a third panel. Entries that are not numbers are
+left out.
 
 Why both axes: runs with different batch sizes, context lengths or gradient accumulation take
 different numbers of tokens per step, so only the tokens panel compares them fairly; the steps
@@ -74,24 +76,29 @@ def plot_runs(run_dirs: Sequence[PathLike], out_path: PathLike,
     elif len(labels) != len(run_dirs):
         raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs")
     runs = [read_metrics(d) for d in run_dirs]
+    bleu = any(_is_number(r.get("val_bleu")) for records in runs for r in records)
 
     fig = Figure(figsize=FIGSIZE, layout="constrained")
     FigureCanvasAgg(fig)
-    by_step, by_tokens = fig.subplots(1, 2, sharey=True)
+    by_step, by_tokens, *by_bleu = fig.subplots(1, 3 if bleu else 2)
+    by_tokens.sharey(by_step)
     colours = _colours()
     for i, (records, label) in enumerate(zip(runs, labels)):
         colour = colours[i % len(colours)]
-        for ax, x_key in ((by_step, "step"), (by_tokens, "tokens")):
-            for y_key, style in (("train_loss", "--"), ("val_loss", "-")):
-                xs, ys = _series(records, x_key, y_key)
-                ax.plot(xs, ys, linestyle=style, color=colour, marker="o", markersize=2.5,
-                        linewidth=1.5)
+        lines = [(by_step, "step", "train_loss", "--"), (by_step, "step", "val_loss", "-"),
+                 (by_tokens, "tokens", "train_loss", "--"), (by_tokens, "tokens", "val_loss", "-")]
+        for ax, x_key, y_key, style in lines + [(ax, "step", "val_bleu", "-") for ax in by_bleu]:
+            xs, ys = _series(records, x_key, y_key)
+            ax.plot(xs, ys, linestyle=style, color=colour, marker="o", markersize=2.5,
+                    linewidth=1.5)
     by_step.set(xlabel="optimizer step", ylabel="loss (cross-entropy, nats/token)",
                 title="by optimizer step")
     by_tokens.set(xlabel="tokens seen", title="by tokens seen")
     by_tokens.xaxis.set_major_formatter(EngFormatter())
     by_tokens.yaxis.set_tick_params(labelleft=True)
-    for ax in (by_step, by_tokens):
+    for ax in by_bleu:
+        ax.set(xlabel="optimizer step", ylabel="BLEU", title="validation BLEU (greedy)")
+    for ax in (by_step, by_tokens, *by_bleu):
         ax.grid(True, alpha=0.35)
     fig.suptitle(f"{labels[0]}: training loss" if len(runs) == 1
                  else f"training loss of {len(runs)} runs")

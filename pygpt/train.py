@@ -1,10 +1,11 @@
 """`python -m pygpt.train`: trains a model on a text file (by default the tiny-Shakespeare text
-shipped in the package) and writes a checkpoint folder that pygpt.generate, pygpt.load and the
-ONNX exporter read. This module is the command line: flags, presets, --resume and --init-from
-checks, the run folder (pygpt.training.run_folder: locked, and never mixing two runs' files) and
-the exit status (0; 1 with one `error:` line; 130 or 143 after a Ctrl-C or SIGTERM stopped and
-saved the run); the loop itself is pygpt.training. Everything a run can check (flags, data files,
-the folder) is checked before anything in the folder is deleted or written.
+shipped in the package), or a translator (--arch seq2seq) on sentence pairs, and writes a
+checkpoint folder that pygpt.generate (pygpt.translate), pygpt.load and the ONNX exporter read.
+This module is the command line: flags, presets, --resume and --init-from checks, the run
+folder (pygpt.training.run_folder: locked, and never mixing two runs' files) and the exit status
+(0; 1 with one `error:` line; 130 or 143 after a Ctrl-C or SIGTERM stopped and saved the run);
+the loop itself is pygpt.training. Everything a run can check (flags, data files, the folder) is
+checked before anything in the folder is deleted or written.
 """
 from __future__ import annotations
 
@@ -30,22 +31,26 @@ from pygpt.training.run_folder import RunFolder
 from pygpt.training.stop import StopRequest
 
 DEFAULT_BPE_VOCAB = 1024
+TRANSLATION_FILES = ("src_data", "tgt_data", "val_src", "val_tgt")  # a translator's data
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pygpt.train",
         description="Train a GPT (next-token) or a BERT (masked-LM and next-sentence "
-                    "pretraining) on a text file with pygpt's kernels, or fine-tune a BERT to "
+                    "pretraining) on a text file with pygpt's kernels, fine-tune a BERT to "
                     "classify labelled texts (--task classify --init-from runs/bert --data "
-                    "train.tsv). Flags not given come from the preset (or, with --resume, from "
-                    "the checkpoint being continued). A run locks --out (a second run into it "
-                    "is refused); Ctrl-C or SIGTERM finishes the step, saves and exits (130, "
-                    "143), a second Ctrl-C interrupts; a nan or inf loss stops the run (exit 1) "
-                    "before anything is saved.",
+                    "train.tsv), or train a translator on sentence pairs (--arch seq2seq "
+                    "--src-data train.de.gz --tgt-data train.en.gz). Flags not given come from "
+                    "the preset (or, with --resume, from the checkpoint being continued). A run "
+                    "locks --out (a second run into it is refused); Ctrl-C or SIGTERM finishes "
+                    "the step, saves and exits (130, 143), a second Ctrl-C interrupts; a nan or "
+                    "inf loss stops the run (exit 1) before anything is saved.",
         epilog="presets: " + "; ".join(
             f"{name}: {p.model.n_layer} layers, {p.model.n_head} heads, {p.model.n_embd} wide, "
-            f"context {p.model.block_size}, batch {p.train.batch_size}, {p.train.max_iters} iters"
+            f"context {p.model.block_size}, batch " + (
+                f"{p.train.max_tokens} tokens" if p.model.arch == "seq2seq"
+                else str(p.train.batch_size)) + f", {p.train.max_iters} iters"
             for name, p in PRESETS.items()))
     parser.add_argument("--preset", choices=list(PRESETS), default=None,
                         help="starting configuration (default: " + ", ".join(
@@ -81,7 +86,9 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
             raise ValueError(f"{out / CONFIG}: cannot resume: {e}") from None
         # The folder being resumed is where the run continues, wherever it was first written.
         train_flags.setdefault("out", str(out))
-        return model_cfg, _absolute_paths(dataclasses.replace(saved_train, **train_flags))
+        train_cfg = _absolute_paths(dataclasses.replace(saved_train, **train_flags))
+        _check_translation(model_cfg, train_cfg, set(train_flags))
+        return model_cfg, train_cfg
     init_from = train_flags.get("init_from")
     if init_from is not None and Path(init_from).resolve() == out.resolve():
         raise SystemExit("--init-from and --out must differ: the source checkpoint is never "
@@ -96,20 +103,24 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
         if train_cfg.task == "classify" and model_cfg.arch != "bert":
             raise SystemExit(f"--task classify fine-tunes a bert; {train_cfg.init_from} holds a "
                              f"{model_cfg.arch}")
+        _check_translation(model_cfg, train_cfg, set(train_flags))
         return model_cfg, train_cfg
     if "vocab_size" in model_flags and train_cfg.tokenizer == "char":
         raise SystemExit("--vocab-size sets the size of a trained vocabulary (--tokenizer bpe or "
                          "wordpiece); a char tokenizer takes its vocabulary from the text")
     if train_cfg.tokenizer != "char" and base.train.tokenizer == "char":
         model_flags.setdefault("vocab_size", DEFAULT_BPE_VOCAB)  # the preset's is a char count
-    return dataclasses.replace(base.model, **model_flags), train_cfg
+    model_cfg = dataclasses.replace(base.model, **model_flags)
+    _check_translation(model_cfg, train_cfg, set(train_flags))
+    return model_cfg, train_cfg
 
 
 def _absolute_paths(cfg: TrainConfig) -> TrainConfig:
     """cfg with its input paths made absolute, as config.json records them: a --resume from
     another directory reads the same files. (No --data stays None: the shipped text.)"""
     return dataclasses.replace(cfg, **{name: os.path.abspath(getattr(cfg, name))
-                                       for name in ("data", "val_data", "init_from")
+                                       for name in ("data", "val_data", "init_from",
+                                                    *TRANSLATION_FILES)
                                        if getattr(cfg, name) is not None})
 
 
@@ -127,6 +138,51 @@ def _check_task(train_cfg: TrainConfig, model_flags: dict[str, Any]) -> None:
     if train_cfg.data is None:
         raise SystemExit("--task classify needs --data: a TSV or CSV file with label and text "
                          "columns")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _check_translation(model_cfg: ModelConfig, train_cfg: TrainConfig, given: set[str]) -> None:
+    """Refuses a translator's flags for another model, and another model's for a translator;
+    given: the training flags on the command line."""
+    files = [name for name in TRANSLATION_FILES if getattr(train_cfg, name) is not None]
+    if model_cfg.arch != "seq2seq":
+        mine = files + sorted(given & {"max_tokens", "bleu_sentences"})
+        if mine:
+            raise SystemExit(f"{_flag(mine[0])} is for a translator (--arch seq2seq); a "
+                             f"{model_cfg.arch} trains on --data")
+        return
+    if train_cfg.data is not None or train_cfg.task != "pretrain":
+        raise SystemExit("--arch seq2seq trains on sentence pairs: --src-data and --tgt-data, "
+                         "not --data or --task classify")
+    if "batch_size" in given:
+        raise SystemExit("--arch seq2seq sizes its batches by tokens: --max-tokens, not "
+                         "--batch-size")
+    if train_cfg.tokenizer == "wordpiece":
+        raise SystemExit("--arch seq2seq takes --tokenizer bpe or char (a WordPiece has no "
+                         "[BOS] and [EOS])")
+    for name, partner in zip(TRANSLATION_FILES, ("tgt_data", "src_data", "val_tgt", "val_src")):
+        if getattr(train_cfg, name) is not None and getattr(train_cfg, partner) is None:
+            raise SystemExit(f"{_flag(name)} needs {_flag(partner)}: sources and their "
+                             "translations come in two files, line for line")
+    if train_cfg.src_data is None:
+        raise SystemExit("--arch seq2seq needs --src-data and --tgt-data: the source sentences "
+                         "and their translations, line for line")
+
+
+def _check_data_files(model_cfg: ModelConfig, train_cfg: TrainConfig) -> None:
+    """Each data file of the run exists, is readable and not empty (before the folder is
+    touched); whether they parse shows when the run reads them."""
+    if model_cfg.arch == "seq2seq":
+        for name in TRANSLATION_FILES:
+            if getattr(train_cfg, name) is not None:
+                check_data_file(getattr(train_cfg, name), _flag(name))
+        return
+    check_data_file(train_cfg.data)
+    if train_cfg.val_data is not None:
+        check_data_file(train_cfg.val_data, "--val-data")
 
 
 def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any],
@@ -150,7 +206,9 @@ def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any],
 def next_step(model_cfg: ModelConfig, train_cfg: TrainConfig, result: dict[str, Any]) -> str:
     """The line a run ends with: where its checkpoint is, its val loss, and what to run next."""
     ckpt = shlex.quote(train_cfg.out)
-    if train_cfg.task == "classify" or model_cfg.num_labels:
+    if model_cfg.arch == "seq2seq":
+        command = f"python -m pygpt.translate --ckpt {ckpt} --text 'a sentence to translate'"
+    elif train_cfg.task == "classify" or model_cfg.num_labels:
         command = f"python -m pygpt.classify --ckpt {ckpt} --text 'a text to classify'"
     elif model_cfg.arch == "bert":
         command = (f"python -m pygpt.fill_mask --ckpt {ckpt} "
@@ -172,9 +230,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     stop = StopRequest()
     try:
         model_cfg, train_cfg = configs_from_args(args)
-        check_data_file(train_cfg.data)
-        if train_cfg.val_data is not None:
-            check_data_file(train_cfg.val_data, "--val-data")
+        _check_data_files(model_cfg, train_cfg)
         with (RunFolder(train_cfg.out) if is_main else contextlib.nullcontext()) as folder:
             fresh = folder is not None and not args.resume
             if fresh:

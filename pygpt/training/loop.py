@@ -1,6 +1,7 @@
 """The training loop and its evaluation.
 
-Random context windows from the 90/10 train split, the optimizer and schedule of
+Batches from the task (pygpt.training.tasks: random context windows of the 90/10 split for a
+GPT, sentence pairs by token budget for a translator), the optimizer and schedule of
 pygpt.training.optim, gradient accumulation and clipping (pygpt.training.step); every
 eval_interval steps the mean loss over fixed batches of both splits is logged (metrics.jsonl) and
 the checkpoint saved. Resuming continues a run exactly: weights, optimizer, step, and the RNG
@@ -14,7 +15,6 @@ anything is saved (pygpt.training.step): the last checkpoint stays as it was.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -28,27 +28,31 @@ from tqdm import tqdm
 from pygpt import checkpoint
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.data import TokenFile, read_chunks
-from pygpt.io import atomic_write_text
 from pygpt.labelled_data import read_labelled
 from pygpt.models import build
 from pygpt.plot import plot_runs
 from pygpt.run_files import LOSS_PLOT, METRICS
 from pygpt.mlm_data import MLMBatches
-from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, WordPieceTokenizer
+from pygpt.tokenizer import (SEQ2SEQ_SPECIALS, BPETokenizer, CharTokenizer, Tokenizer,
+                             WordPieceTokenizer)
 from pygpt.training.distributed import Distributed
+from pygpt.training.metrics_log import append_metrics, truncate_metrics
 from pygpt.training.optim import lr_at, make_optimizer, warmup_warning
 from pygpt.training.step import Diverged, check_finite_weights, train_step
 from pygpt.training.stop import StopRequest
 from pygpt.training.tasks import (Classification, LanguageModelling, MaskedLanguageModelling,
                                   Task)
+from pygpt.training.translation_task import Translation, joint_text
 
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, task: Task, cfg: TrainConfig,
-             batch_size: Optional[int] = None) -> dict[str, float]:
+             batch_size: Optional[int] = None, translate: bool = True) -> dict[str, Any]:
     """The task's metrics per split ("train_loss", "val_loss", ...) over the same batches every
     time: eval_iters drawn with their own generator (so evaluating never changes the training
-    data order), or the fixed pass a task may give instead (see Task.eval_batches)."""
+    data order), or the fixed pass a task may give instead (see Task.eval_batches). With
+    translate, a translator's task adds its validation BLEU (and val_samples, which are not
+    numbers: Translation.translation_metrics); model is the bare model, not a DDP wrapper."""
     model.eval()
     result = {}
     for i, split in enumerate(("train", "val")):
@@ -67,20 +71,27 @@ def evaluate(model: torch.nn.Module, task: Task, cfg: TrainConfig,
         except OverflowError:  # exp of a huge loss (perplexity): the weights are garbage
             raise Diverged(f"the evaluation's {split} loss is {means.get('loss')}") from None
         result.update({f"{split}_{name}": v for name, v in summary.items()})
+    if translate and hasattr(task, "translation_metrics"):
+        result.update(task.translation_metrics(model))
     model.train()
     return result
 
 
 def make_tokenizer(model_cfg: ModelConfig, cfg: TrainConfig, resume: bool) -> Tokenizer:
     """The run's own tokenizer when resuming, the source's when fine-tuning, else a new one
-    learned from the data (with BERT's special tokens for a BERT)."""
+    learned from the data (with BERT's special tokens for a BERT; for a translator, joint over
+    both sides, with SEQ2SEQ_SPECIALS)."""
     if resume:
         return checkpoint.read_tokenizer(cfg.out)
     if cfg.init_from is not None:
         return checkpoint.read_tokenizer(cfg.init_from)
-    specials = model_cfg.arch == "bert"
-    text = (read_chunks(cfg.data) if cfg.task == "pretrain" else  # a classifier's: its texts
-            ["\n".join(t for e in read_labelled(cfg.data) for t in (e.text, e.text_pair) if t)])
+    specials = SEQ2SEQ_SPECIALS if model_cfg.arch == "seq2seq" else model_cfg.arch == "bert"
+    if model_cfg.arch == "seq2seq":
+        text = joint_text(cfg)
+    elif cfg.task == "pretrain":
+        text = read_chunks(cfg.data)
+    else:  # a classifier's: its texts
+        text = ["\n".join(t for e in read_labelled(cfg.data) for t in (e.text, e.text_pair) if t)]
     if cfg.tokenizer == "wordpiece":
         return WordPieceTokenizer.train(text, model_cfg.vocab_size)
     if cfg.tokenizer == "bpe":
@@ -91,7 +102,14 @@ def make_tokenizer(model_cfg: ModelConfig, cfg: TrainConfig, resume: bool) -> To
 def make_task(model_cfg: ModelConfig, cfg: TrainConfig, tokenizer: Tokenizer,
               ranks: Distributed, resume: bool = False) -> Task:
     """The model family's task on the run's data. For a GPT, rank 0 writes the token cache
-    first and the others then map it. A resumed classifier keeps its saved labels."""
+    first and the others then map it. A resumed classifier keeps its saved labels. A
+    translator's pairs left out (empty, or too long for the model) are reported on stderr."""
+    if model_cfg.arch == "seq2seq":
+        task = Translation.from_files(cfg, tokenizer, model_cfg.block_size)
+        for name, corpus in task.splits.items():
+            if ranks.is_main and (corpus.skipped_empty or corpus.skipped_long):
+                print(f"note: {name} split: {corpus.summary}", file=sys.stderr)
+        return task
     if cfg.task == "classify":
         if model_cfg.arch != "bert":
             raise ValueError(f"--task classify fine-tunes a bert, not a {model_cfg.arch}")
@@ -116,36 +134,6 @@ def default_threads() -> int:
     cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
             else os.cpu_count() or 1)
     return max(1, cpus // 2)
-
-
-def _append_metrics(out: Path, record: dict[str, Any]) -> None:
-    with open(out / METRICS, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
-
-
-def _record_step(line: str) -> Optional[int]:
-    """The step of one line of metrics.jsonl; None for a line that is not a whole record (one
-    half-written when a run was killed mid-append)."""
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    step = record.get("step") if isinstance(record, dict) else None
-    return step if isinstance(step, int) else None
-
-
-def _truncate_metrics(out: Path, step: int) -> None:
-    """Drops records past `step`, left by a run that was killed after its last checkpoint, and
-    any line that is not a whole record."""
-    path = out / METRICS
-    if path.exists():
-        lines = [(l, _record_step(l)) for l in
-                 path.read_text(encoding="utf-8", errors="replace").splitlines() if l.strip()]
-        kept = [l for l, s in lines if s is not None and s <= step]
-        dropped = sum(s is None for _, s in lines)
-        if dropped:
-            print(f"warning: {path}: dropped {dropped} damaged line(s)", file=sys.stderr)
-        atomic_write_text(path, "".join(l + "\n" for l in kept))
 
 
 def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
@@ -192,7 +180,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
         data_gen.set_state(state["data_rng"])
         torch.set_rng_state(state["torch_rng"])
         if ranks.is_main:
-            _truncate_metrics(out, step)
+            truncate_metrics(out, step)
     if on_ready is not None and ranks.is_main:
         on_ready()
     if ranks.is_main and step < cfg.max_iters and (warning := warmup_warning(cfg)):
@@ -220,7 +208,13 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
 
     def micro_batches() -> list:
         # Every rank draws the same global batch and trains on its own slice of it, so N ranks
-        # of batch B step exactly like one process of batch N * B.
+        # of batch B step exactly like one process of batch N * B. A token-budget batch is not
+        # cut by rows: each rank draws N and trains on its own (N ranks step as one process
+        # of --grad-accum N times as large).
+        if getattr(task, "by_tokens", False):
+            draws = [[task.batch("train", 0, data_gen) for _ in range(ranks.world)][ranks.rank]
+                     for _ in range(cfg.grad_accum)]
+            return [type(b)(*(t.to(cfg.device) for t in b)) for b in draws]
         mine = slice(ranks.rank * cfg.batch_size, (ranks.rank + 1) * cfg.batch_size)
         batches = [task.batch("train", cfg.batch_size * ranks.world, data_gen)
                    for _ in range(cfg.grad_accum)]
@@ -252,16 +246,21 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
                 if step % cfg.eval_interval == 0 or step == cfg.max_iters or stop.requested:
                     tokens_seen += tokens
                     last = {"step": step, "tokens": tokens_seen, "lr": lr,
-                            **evaluate(model, task, cfg, batch_size=cfg.batch_size * ranks.world),
+                            **evaluate(model, task, cfg, batch_size=cfg.batch_size * ranks.world,
+                                       translate=ranks.is_main),
                             "tokens_per_s": tokens / max(train_time, 1e-9),
                             "elapsed_s": time.perf_counter() - t_start}
                     train_time, tokens = 0.0, 0
+                    samples = last.pop("val_samples", [])  # metrics.jsonl holds numbers only
                     if not ranks.is_main:
                         continue
                     save(last)
-                    _append_metrics(out, last)
+                    append_metrics(out, last)
                     bar.write(f"step {step}: {task.describe(last)}, "
                               f"{last['tokens_per_s']:,.0f} tokens/s")
+                    for sample in samples if progress else ():  # each text cut to 100
+                        bar.write("  " + " | ".join(f"{k}: {v[:99] + '…' if len(v) > 100 else v}"
+                                                    for k, v in sample.items()))
     except Diverged as e:
         bar.close()
         kept = (f"the checkpoint of step {saved} in {out} is unchanged" if saved is not None

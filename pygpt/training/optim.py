@@ -29,12 +29,16 @@ def warmup_warning(cfg: TrainConfig) -> Optional[str]:
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warmup to cfg.lr, then cfg.schedule down to cfg.min_lr at lr_decay_iters."""
+    """Linear warmup to cfg.lr, then cfg.schedule down to cfg.min_lr at lr_decay_iters; or,
+    for inverse_sqrt, down as 1 / sqrt(step) (continuous at the warmup's end), never below
+    cfg.min_lr and with no end."""
     if step < cfg.warmup_iters:
         return cfg.lr * (step + 1) / cfg.warmup_iters
     end = schedule_end(cfg)
     if cfg.schedule == "constant":
         return cfg.lr
+    if cfg.schedule == "inverse_sqrt":
+        return max(cfg.min_lr, cfg.lr * math.sqrt(max(1, cfg.warmup_iters) / (step + 1)))
     if step >= end:
         return cfg.min_lr
     if cfg.schedule == "wsd":

@@ -10,6 +10,9 @@ looks inside either.
   accuracy.
 - Classification (BERT fine-tuning): labelled texts (pygpt.labelled_data); reports loss,
   accuracy and macro-F1, on the whole validation set every time.
+- Translation (seq2seq; pygpt.training.translation_task): sentence pairs in token-budget
+  batches. It adds two optional members the loop looks for: `by_tokens` (its batches are not
+  sliced by rows across ranks) and `translation_metrics(model)` (validation BLEU).
 """
 from __future__ import annotations
 

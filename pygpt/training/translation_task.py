@@ -15,26 +15,55 @@ translates the first bleu_sentences validation pairs by greedy decoding (pygpt.t
 and scores them against their targets with sacreBLEU (pygpt.bleu): val_bleu, val_bleu_lc
 (lowercased) and val_chrf, plus `samples` of those translations (source, reference, output) as
 val_samples; the subset is fixed, so the figures compare across evaluations.
+
+A run's data (`from_files`, `joint_text`): the training files, and the validation files or else
+a fixed pick of the training pairs (1 in 20, at most 2000, by a fixed seed, so a resumed run
+holds out the same ones); the joint vocabulary is learned from every line of both training
+files. Ranks cannot slice a token-budget batch by rows as the other tasks' batches (`by_tokens`):
+the loop gives each rank its own draw instead.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from pygpt.bleu import score
+from pygpt.config import TrainConfig
 from pygpt.mlm_data import IGNORE_INDEX
-from pygpt.parallel_data import ParallelCorpus, TranslationBatch, bucket_batches
+from pygpt.parallel_data import (ParallelCorpus, TranslationBatch, bucket_batches, read_lines,
+                                 read_pairs)
 from pygpt.text_translation import translate_ids
 from pygpt.training.tasks import Metrics
 from pygpt.translation_search import Search
 
 BUCKETING_SEED = 0  # the fixed order each split's batches are cut in
+HELD_OUT_EVERY, HELD_OUT_MOST, HELD_OUT_SEED = 20, 2000, 0  # validation without --val-src
+
+
+def joint_text(cfg: TrainConfig) -> Iterator[str]:
+    """The lines of both training files, each ending in a line break: the tokenizer's text."""
+    for path in (cfg.src_data, cfg.tgt_data):
+        yield from (line + "\n" for line in read_lines(path))
+
+
+def held_out(n: int) -> np.ndarray:
+    """Which of n training pairs are held out for validation (a mask; module docstring)."""
+    if n < 2:
+        raise ValueError(f"{n} sentence pair(s) are too few to hold some out for validation; "
+                         "give --val-src and --val-tgt")
+    pick = torch.randperm(n, generator=torch.Generator().manual_seed(HELD_OUT_SEED))
+    mask = np.zeros(n, dtype=bool)
+    mask[pick[:max(1, min(HELD_OUT_MOST, n // HELD_OUT_EVERY))].numpy()] = True
+    return mask
 
 
 class Translation:
+    by_tokens = True  # batches sized by max_tokens: not to be sliced by rows
+
     def __init__(self, train: ParallelCorpus, val: ParallelCorpus, max_tokens: int,
                  tokenizer: Any = None, bleu_sentences: int = 0, samples: int = 3):
         self.splits = {"train": train, "val": val}
@@ -52,6 +81,26 @@ class Translation:
         self.buckets = {name: bucket_batches(*corpus.lengths(), max_tokens,
                                              torch.Generator().manual_seed(BUCKETING_SEED))
                         for name, corpus in self.splits.items()}
+
+    @classmethod
+    def from_files(cls, cfg: TrainConfig, tokenizer: Any, block_size: int) -> "Translation":
+        """The run's splits (module docstring) under tokenizer, for a model of block_size
+        positions (pairs with a side over block_size - 1 tokens are skipped)."""
+        max_len = block_size - 1
+        if cfg.val_src is not None:
+            train = ParallelCorpus.from_files(cfg.src_data, cfg.tgt_data, tokenizer, max_len)
+            val = ParallelCorpus.from_files(cfg.val_src, cfg.val_tgt, tokenizer, max_len)
+        else:
+            pairs = list(read_pairs(cfg.src_data, cfg.tgt_data))
+            mask = held_out(len(pairs))
+            train, val = (ParallelCorpus.from_pairs(
+                (p for p, held in zip(pairs, mask) if held == want), tokenizer.encode,
+                tokenizer.special_tokens, max_len) for want in (False, True))
+            for name, corpus in (("training", train), ("held-out validation", val)):
+                if not len(corpus):
+                    raise ValueError(f"{cfg.src_data} and {cfg.tgt_data} leave no usable "
+                                     f"{name} pairs ({corpus.summary})")
+        return cls(train, val, cfg.max_tokens, tokenizer, cfg.bleu_sentences)
 
     def batch(self, split: str, batch_size: int,
               generator: Optional[torch.Generator] = None) -> TranslationBatch:
