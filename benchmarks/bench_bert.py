@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from pygpt.classify import load_classifier, predict
-from pygpt.config import CLASSIFY_PRESET, preset
+from pygpt.presets import CLASSIFY_PRESET, preset
 from pygpt.labelled_data import Encoded, counts, held_out_split, macro_f1, read_labelled
 from pygpt.run_files import METRICS
 

@@ -39,7 +39,8 @@ import numpy as np
 import torch
 
 from machine import busy_warning
-from pygpt.config import KERNEL_SETS, PRESETS, preset
+from pygpt.config import KERNEL_SETS
+from pygpt.presets import PRESETS, preset
 from pygpt.models import GPT
 from pygpt.decoding import Sampling
 

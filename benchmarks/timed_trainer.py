@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from pygpt.config import PRESETS, preset
+from pygpt.presets import PRESETS, preset
 from pygpt.data import TokenSplits, read_text
 from pygpt.models import GPT
 from pygpt.tokenizer import CharTokenizer

@@ -22,9 +22,9 @@ from typing import Any, Optional
 
 from pygpt import checkpoint
 from pygpt.cli import add_dataclass_flags, overrides
-from pygpt.config import (CLASSIFY_PRESET, DEFAULT_PRESETS, PRESETS, ModelConfig, TrainConfig,
-                          config_from_dict, preset)
+from pygpt.config import ModelConfig, TrainConfig, config_from_dict
 from pygpt.data import check_data_file
+from pygpt.presets import CLASSIFY_PRESET, DEFAULT_PRESETS, PRESETS, preset
 from pygpt.run_files import CONFIG
 from pygpt.training import train
 from pygpt.training.run_folder import RunFolder

@@ -66,7 +66,8 @@ WHAT_RANGE = r"range|bound|valid|\[0|>=|<|class|index"
 
 import dataclasses  # noqa: E402  (only the GPT helpers below need these)
 
-from pygpt.config import ModelConfig, preset  # noqa: E402
+from pygpt.config import ModelConfig  # noqa: E402
+from pygpt.presets import preset  # noqa: E402
 
 V = 23  # vocabulary of the random-token tests
 

@@ -40,7 +40,7 @@ def WEIGHTS_MODE(folder, name=WEIGHTS):
 
 @pytest.mark.parametrize("arch", ["default", "sinusoidal-untied", "seed"])
 def test_checkpoint_round_trip(tmp_path, arch):
-    from pygpt.config import preset
+    from pygpt.presets import preset
 
     tokenizer = CharTokenizer.from_text("hello, world!\nHELLO?")
     cfg = dict(default=TINY_MODEL,

@@ -148,7 +148,7 @@ def test_training_is_reproducible(text_file, tmp_path):
 
 
 def test_sgd_seed_preset_trains(text_file, tmp_path):
-    from pygpt.config import preset
+    from pygpt.presets import preset
 
     p = preset("seed")
     cfg = dataclasses.replace(p.train, data=str(text_file), out=str(tmp_path / "seed"),

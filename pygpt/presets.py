@@ -1,0 +1,72 @@
+"""The named starting points of a run (`python -m pygpt.train --preset NAME`): a ModelConfig and a
+TrainConfig each, and which one a run takes when --preset is not given."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from pygpt.config import ModelConfig, TrainConfig
+
+
+@dataclass
+class Preset:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+PRESETS: dict[str, Preset] = {
+    # The usual CPU-sized Shakespeare run, and the default.
+    "baby": Preset(ModelConfig(block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0),
+                   TrainConfig(batch_size=12, lr=1e-3, max_iters=2000)),
+    # The usual GPU-sized run.
+    "shakespeare": Preset(ModelConfig(block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2),
+                          TrainConfig(batch_size=64, lr=1e-3, max_iters=5000,
+                                      eval_interval=500, eval_iters=100)),
+    # BERT pretraining (masked-LM + next-sentence) on the shipped Shakespeare, in minutes on 2
+    # cores: post-norm as in BERT, WordPiece, sentence pairs of consecutive lines.
+    "bert-baby": Preset(ModelConfig(arch="bert", vocab_size=2000, block_size=64, n_layer=4,
+                                    n_head=4, n_embd=128, dropout=0.1, norm="post",
+                                    embed_norm=True, final_norm=False, pooling="mean"),
+                        TrainConfig(tokenizer="wordpiece", batch_size=32, lr=1e-3,
+                                    max_iters=2000, eval_iters=20)),
+    # Fine-tuning a BERT to classify (--task classify): a lower rate, short warmup and decay,
+    # light weight decay, an evaluation (on the whole validation set) every 50 steps. With
+    # --init-from only the training settings apply; the model is the source's. The rate and
+    # length: on the speaker demo (benchmarks/bench_bert.py) 2e-4 for 300 steps left both the
+    # pretrained and the from-scratch model underfitted (train accuracy under 45%).
+    "bert-classify": Preset(
+        ModelConfig(arch="bert", vocab_size=2000, block_size=64, n_layer=4, n_head=4, n_embd=128,
+                    dropout=0.1, norm="post", embed_norm=True, final_norm=False, pooling="mean"),
+        TrainConfig(tokenizer="wordpiece", task="classify", batch_size=32, lr=5e-4,
+                    warmup_iters=30, schedule="cosine", weight_decay=0.01, max_iters=600,
+                    eval_interval=50, eval_iters=10)),
+    # The Transformer paper's translator sized for 2 CPU cores (3 + 3 pre-norm blocks, joint BPE):
+    # 11 epochs of Multi30k; wsd (val ppl 14.9 after 400 steps there, the paper's inverse_sqrt 17).
+    "seq2seq": Preset(
+        ModelConfig(arch="seq2seq", vocab_size=8000, block_size=128, n_layer=3, n_head=4,
+                    n_embd=256, dropout=0.1, pos_encoding="sinusoidal", label_smoothing=0.1),
+        TrainConfig(tokenizer="bpe", max_tokens=4096, lr=1e-3, beta2=0.98, warmup_iters=400,
+                    weight_decay=0.01, max_iters=2500, eval_iters=10)),
+    # The minimal model of the classic from-scratch tutorial this project started from: embedding,
+    # fixed sinusoidal positions, a layer norm, one multi-head attention layer (W_Q, W_K, W_V; no
+    # W_O, MLP or residual) and an output projection with bias, trained by plain SGD.
+    "seed": Preset(ModelConfig(block_size=10, n_layer=1, n_head=5, n_embd=60, dropout=0.0,
+                               bias=False, pos_encoding="sinusoidal", mlp=False, attn_proj=False,
+                               residual=False, block_norm=False, embed_norm=True,
+                               final_norm=False, tie_weights=False, head_bias=True, embed_std=1.0),
+                   TrainConfig(optimizer="sgd", lr=1e-3, warmup_iters=0, schedule="constant",
+                               weight_decay=0.0, grad_clip=0.0)),
+}
+
+
+# The preset a run starts from when --preset is not given, per model family.
+DEFAULT_PRESETS = {"gpt": "baby", "bert": "bert-baby", "seq2seq": "seq2seq"}
+CLASSIFY_PRESET = "bert-classify"  # the default with --task classify
+
+
+def preset(name: str) -> Preset:
+    """A fresh copy of the named preset."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+    return dataclasses.replace(PRESETS[name], model=dataclasses.replace(PRESETS[name].model),
+                               train=dataclasses.replace(PRESETS[name].train))
