@@ -161,3 +161,16 @@ def edit_json(path, edit):
     data = json.loads(path.read_text())
     edit(data)
     path.write_text(json.dumps(data))
+
+
+import importlib.util  # noqa: E402  (the torch-free runners' tests)
+
+EXPORT_DIR = Path(__file__).resolve().parent.parent / "export"
+
+
+def load_export_script(name):
+    """The module export/<name>.py (the runners are scripts, not a package: loaded by path)."""
+    spec = importlib.util.spec_from_file_location(name, EXPORT_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,7 +1,6 @@
 """ONNX export and the torch-free runner: a tiny trained model, exported once (fp32 and int8),
 must match PyTorch in onnxruntime for the prefill and 50 decode steps, continue greedily with the
 same 200 tokens, and run in a process where torch cannot be imported."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import load_export_script
 import pygpt
 from pygpt import export as exporter
 from pygpt.config import ModelConfig, TrainConfig
@@ -24,10 +24,7 @@ RUNNER = ROOT / "export" / "run_onnx.py"
 
 
 def _load_runner():
-    spec = importlib.util.spec_from_file_location("run_onnx", RUNNER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_export_script("run_onnx")
 
 
 @pytest.fixture(scope="module")

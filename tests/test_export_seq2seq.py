@@ -3,7 +3,6 @@
 and int8; its three graphs must give PyTorch's encoder output, first-step and cached-step logits
 and caches on padded batches; the runner must print exactly what python -m pygpt.translate
 prints, greedy and beam; it runs where torch cannot be imported; and failures are clean."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +14,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from helpers import load_export_script
 from mt_helpers import CFG, reverser, tokenizer, words
 from pygpt import checkpoint
 from pygpt import export_seq2seq as exporter
@@ -28,10 +28,7 @@ TEXTS = [*words(30, seed=5), "", "abc de", "hgfedcba abcdefgh", "  h  "]
 
 
 def _load_runner():
-    spec = importlib.util.spec_from_file_location("onnx_translate", RUNNER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_export_script("onnx_translate")
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ exactly the sampling values pygpt.generate refuses, with the same words; a tiny 
 greedy in both; a missing, truncated or damaged export file, a prompt that is not UTF-8, and a
 BPE export without HF `tokenizers` installed are one `error:` line; Ctrl-C exits 130 after the
 text so far and a closed pipe exits quietly."""
-import importlib.util
 import json
 import os
 import shutil
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import load_export_script
 import pygpt.generate
 from pygpt import export as exporter
 from pygpt.config import ModelConfig, TrainConfig
@@ -24,10 +24,7 @@ RUNNER = Path(__file__).resolve().parent.parent / "export" / "run_onnx.py"
 
 
 def _runner():
-    spec = importlib.util.spec_from_file_location("run_onnx", RUNNER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_export_script("run_onnx")
 
 
 @pytest.fixture(scope="module")
