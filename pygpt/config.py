@@ -127,9 +127,6 @@ class ModelConfig:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         seq2seq_only = [name for name in ("n_dec_layer", "qk_dim", "v_dim", "label_smoothing")
                         if getattr(self, name) and self.arch != "seq2seq"]
-        if self.arch == "seq2seq" and self.pos_encoding in ("relative", "alibi"):
-            raise ValueError(f"pos_encoding {self.pos_encoding} is not built for seq2seq yet "
-                             "(learned, sinusoidal, rotary or none)")
         if seq2seq_only:
             raise ValueError(f"{', '.join(seq2seq_only)} apply to arch seq2seq only, not "
                              f"{self.arch}")

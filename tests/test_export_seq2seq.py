@@ -152,3 +152,18 @@ def test_failures_are_clean(exported, tmp_path, monkeypatch):
         with pytest.raises(SystemExit) as e:
             runner.main(argv)
         assert message in e.value.code and "\n" not in e.value.code, e.value.code
+
+
+@pytest.mark.parametrize("encoding", ["relative", "alibi", "rotary"])
+def test_position_encodings_export(encoding, tmp_path):
+    """The graphs of a translator with score-bias or rotary positions match PyTorch: the export
+    runs every graph on a padded batch against the model and refuses to write on a mismatch."""
+    torch.manual_seed(0)
+    model = build(ModelConfig(arch="seq2seq", vocab_size=tokenizer().vocab_size, block_size=16,
+                              n_layer=1, n_head=4, n_embd=32, pos_encoding=encoding,
+                              max_distance=3))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))  # biases and tables away from their zero init
+    files = exporter.export_seq2seq_model(model, tokenizer(), tmp_path / "onnx")
+    assert {f.name for f in files} >= {"encoder_model.onnx", "decoder_with_past_model.onnx"}

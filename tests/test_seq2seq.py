@@ -23,6 +23,11 @@ CONFIGS = {
         BASE, norm="post", final_norm=False, tie_weights=False, head_bias=True, n_dec_layer=3),
     "qk 4 wide, v 12 wide, learned positions": dataclasses.replace(
         BASE, qk_dim=4, v_dim=12, pos_encoding="learned", n_layer=1, n_dec_layer=2),
+    # Score biases in the encoder's and the decoder's self-attention; rotary positions.
+    "relative bias": dataclasses.replace(BASE, pos_encoding="relative", max_distance=3),
+    "alibi, post-norm": dataclasses.replace(BASE, pos_encoding="alibi", norm="post",
+                                            final_norm=False),
+    "rotary, half of each head": dataclasses.replace(BASE, pos_encoding="rotary", rotary_dim=4),
 }
 TOL = dict(atol=2e-5, rtol=2e-5)  # float32 through several layers
 

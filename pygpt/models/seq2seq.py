@@ -29,7 +29,7 @@ from pygpt.config import ModelConfig
 from pygpt.kernels import KernelModule
 from pygpt.mlm_data import IGNORE_INDEX  # the target label the loss skips (padding)
 from pygpt.models.blocks import decoder_block, transformer_block
-from pygpt.nn import Embeddings, LayerNorm
+from pygpt.nn import Embeddings, LayerNorm, position_bias
 from pygpt.nn.decoder_block import DecoderCache
 
 
@@ -63,6 +63,10 @@ class Seq2Seq(KernelModule):
         self.encoder = nn.ModuleList(transformer_block(cfg, causal=False)
                                      for _ in range(cfg.n_layer))
         self.decoder = nn.ModuleList(decoder_block(cfg) for _ in range(cfg.decoder_layers))
+        # Relative or ALiBi positions: one score bias for the encoder's self-attention, one for
+        # the decoder's (cross-attention has none: source and target positions do not align).
+        self.enc_bias, self.dec_bias = (position_bias(cfg.pos_encoding, cfg.n_head,
+                                                      cfg.max_distance) for _ in range(2))
         self.encoder_norm = LayerNorm(d) if cfg.final_norm else None
         self.decoder_norm = LayerNorm(d) if cfg.final_norm else None
         self.out = nn.Linear(d, cfg.vocab_size, bias=cfg.head_bias)
@@ -95,8 +99,9 @@ class Seq2Seq(KernelModule):
         src_lengths (B,) real tokens (None: all S); its padded rows are not meaningful."""
         _check_tokens("src", src)
         x = self.src_embed(src)
+        bias = self.enc_bias() if self.enc_bias is not None else None
         for block in self.encoder:
-            x = block(x, lengths=src_lengths)
+            x = block(x, lengths=src_lengths, position_bias=bias)
         return self.encoder_norm(x) if self.encoder_norm is not None else x
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor,
@@ -115,9 +120,10 @@ class Seq2Seq(KernelModule):
         if cache is not None and tgt_lengths is not None:
             raise ValueError("tgt_lengths cannot be used with a cache, whose rows are unpadded")
         x = self.tgt_embed(tgt_in, start=cache.length if cache is not None else 0)
+        bias = self.dec_bias() if self.dec_bias is not None else None
         for i, block in enumerate(self.decoder):
             x = block(x, memory, memory_lengths, cache.layer(i) if cache is not None else None,
-                      lengths=tgt_lengths)
+                      lengths=tgt_lengths, position_bias=bias)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self.out(x)

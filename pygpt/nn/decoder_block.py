@@ -17,6 +17,7 @@ from pygpt.nn.block import Block, NormPlacement
 from pygpt.nn.kv_cache import KVCache, LayerKV
 from pygpt.nn.layer_norm import LayerNorm
 from pygpt.nn.mlp import MLP
+from pygpt.nn.position_bias import ScoreBias
 
 
 class DecoderCache:
@@ -66,15 +67,18 @@ class DecoderBlock(Block):
     def forward(self, x: torch.Tensor, memory: torch.Tensor,
                 memory_lengths: Optional[torch.Tensor] = None,
                 cache: Optional[tuple[LayerKV, LayerKV]] = None,
-                lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+                lengths: Optional[torch.Tensor] = None,
+                position_bias: Optional[ScoreBias] = None) -> torch.Tensor:
         """x (B, T, dim) the target; memory (B, S, dim) the encoder's output, memory_lengths (B,)
         its real positions (None: all S). lengths (B,): x's real positions in a right-padded
         batch (not with a cache, whose rows are unpadded). cache: this layer's (self-attention,
         cross-attention) LayerKVs; the first extends by x's positions, the second is filled from
-        memory when empty and otherwise used as it is."""
+        memory when empty and otherwise used as it is. position_bias: the decoder's relative or
+        ALiBi score bias, for self-attention only."""
         self_cache, cross_cache = cache if cache is not None else (None, None)
         x = self._sublayer(x, self.attn_norm,
-                           lambda h: self.attn(h, cache=self_cache, lengths=lengths))
+                           lambda h: self.attn(h, cache=self_cache, lengths=lengths,
+                                               position_bias=position_bias))
         x = self._sublayer(x, self.cross_norm,
                            lambda h: self.cross(h, context=memory, cache=cross_cache,
                                                 lengths=lengths, context_lengths=memory_lengths))
