@@ -30,17 +30,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+from machine import run_benchmark
 from pygpt.classify import load_classifier, predict
 from pygpt.presets import CLASSIFY_PRESET, preset
 from pygpt.labelled_data import Encoded, counts, held_out_split, macro_f1, read_labelled
@@ -49,17 +47,6 @@ from pygpt.run_files import METRICS
 REPO = Path(__file__).resolve().parent.parent
 QUICK = {"steps": 20, "ft_steps": 20, "ft_seeds": [1]}
 FT_SEEDS = [1337, 1, 2, 3]
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return platform.processor() or platform.machine()
 
 
 def run(args: list[str], log: Path) -> float:
@@ -207,18 +194,8 @@ def bench(args: argparse.Namespace, work: Path) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    print("# bench_bert: " + shlex.join([sys.executable, *sys.argv]))
-    print(f"# CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; threads: "
-          f"{args.threads or 'torch default (' + str(torch.get_num_threads()) + ')'}; "
-          f"Python {platform.python_version()}, torch {torch.__version__}, {platform.platform()}")
-    if args.quick:
-        print("# --quick: a smoke test; the numbers below mean nothing")
-    if args.workdir is not None:
-        print(f"# workdir: {args.workdir} (logs in logs/)")
-        bench(args, Path(args.workdir))
-    else:
-        with tempfile.TemporaryDirectory(prefix="bench_bert-") as work:
-            bench(args, Path(work))
+    run_benchmark("bench_bert", args, bench, threads=str(args.threads) if args.threads else
+                  f"torch default ({torch.get_num_threads()})")
 
 
 if __name__ == "__main__":

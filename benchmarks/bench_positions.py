@@ -27,11 +27,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
-import platform
-import shlex
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -39,7 +34,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from bench_bert import cpu_model, last_metrics, run
+from bench_bert import last_metrics, run
+from machine import run_benchmark
 from pygpt.checkpoint import load
 from pygpt.config import ModelConfig
 from pygpt.data import TokenFile, TokenSplits
@@ -220,18 +216,8 @@ def bench(args: argparse.Namespace, work: Path) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    print("# bench_positions: " + shlex.join([sys.executable, *sys.argv]))
-    print(f"# CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; threads: {args.threads}; "
-          f"Python {platform.python_version()}, torch {torch.__version__}, {platform.platform()}")
-    if args.quick:
-        print("# --quick: a smoke test; the numbers below mean nothing")
     t0 = time.perf_counter()
-    if args.workdir is not None:
-        print(f"# workdir: {args.workdir} (logs in logs/)")
-        bench(args, Path(args.workdir))
-    else:
-        with tempfile.TemporaryDirectory(prefix="bench_positions-") as work:
-            bench(args, Path(work))
+    run_benchmark("bench_positions", args, bench, threads=str(args.threads))
     print(f"\n# total wall time: {time.perf_counter() - t0:.0f} s")
 
 

@@ -25,19 +25,17 @@ Usage (from the repository root; the data sits beside it in ../shared/data/multi
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shlex
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from bench_bert import cpu_model, last_metrics
+from bench_bert import last_metrics
+from machine import run_benchmark
 from pygpt.bleu import score
 from pygpt.checkpoint import load
 from pygpt.parallel_data import read_lines
@@ -156,21 +154,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    print("# bench_translate: " + shlex.join([sys.executable, *sys.argv]))
-    print(f"# CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; threads: "
-          f"{args.threads or 'pygpt.train default'}; Python {platform.python_version()}, "
-          f"torch {torch.__version__}, {platform.platform()}")
-    print(f"# budget: {args.steps or 'the preset'} steps" +
-          (f", at most {args.minutes:g} minutes" if args.minutes else ""))
-    if args.quick:
-        print("# --quick: a smoke test; the numbers below mean nothing")
-    if args.workdir is not None:
-        Path(args.workdir).mkdir(parents=True, exist_ok=True)
-        print(f"# workdir: {args.workdir} (training log: train.log)")
-        bench(args, Path(args.workdir))
-    else:
-        with tempfile.TemporaryDirectory(prefix="bench_translate-") as work:
-            bench(args, Path(work))
+    budget = (f"budget: {args.steps or 'the preset'} steps"
+              + (f", at most {args.minutes:g} minutes" if args.minutes else ""))
+    run_benchmark("bench_translate", args, bench, threads=str(args.threads or
+                  "pygpt.train default"), notes=[budget], folder_note="training log: train.log")
 
 
 if __name__ == "__main__":
