@@ -86,6 +86,14 @@ def torch_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_inde
                            label_smoothing=label_smoothing)
 
 
+def torch_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                               bias: Optional[torch.Tensor] = None, ignore_index: int = -100,
+                               label_smoothing: float = 0.0) -> torch.Tensor:
+    """pygpt.ops.linear_cross_entropy unfused: the (N, V) logits, then their cross-entropy."""
+    return F.cross_entropy(F.linear(x, weight, bias), targets, ignore_index=ignore_index,
+                           label_smoothing=label_smoothing)
+
+
 def torch_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                  positions: torch.Tensor) -> torch.Tensor:
     """pygpt.ops.rotary in plain PyTorch: gather the angles of the positions, rotate the two
@@ -104,11 +112,14 @@ class Kernels:
     layer_norm: Callable[..., torch.Tensor]
     cross_entropy: Callable[..., torch.Tensor]
     rotary: Callable[..., torch.Tensor]
+    linear_cross_entropy: Callable[..., torch.Tensor]  # the LM head and its loss, fused
 
 
 KERNELS: dict[str, Kernels] = {
-    "ext": Kernels(ops.attention, ops.layer_norm, ops.cross_entropy, ops.rotary),
-    "torch": Kernels(torch_attention, torch_layer_norm, torch_cross_entropy, torch_rotary),
+    "ext": Kernels(ops.attention, ops.layer_norm, ops.cross_entropy, ops.rotary,
+                   ops.linear_cross_entropy),
+    "torch": Kernels(torch_attention, torch_layer_norm, torch_cross_entropy, torch_rotary,
+                     torch_linear_cross_entropy),
 }
 assert tuple(KERNELS) == KERNEL_SETS, "pygpt.config.KERNEL_SETS names these kernel sets"
 

@@ -23,8 +23,9 @@ from typing import Optional
 import torch
 
 from pygpt import _C  # noqa: F401  (loading the library registers torch.ops.pygpt)
+from pygpt.linear_cross_entropy import linear_cross_entropy  # the fused LM head + loss
 
-__all__ = ["attention", "layer_norm", "cross_entropy", "rotary"]
+__all__ = ["attention", "layer_norm", "cross_entropy", "linear_cross_entropy", "rotary"]
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
