@@ -4,15 +4,16 @@ window for every token, and of the same model exported to ONNX and run in onnxru
 int8), for model shapes of the presets (random weights: speed does not depend on them) or for a
 trained checkpoint.
 
-Each case: batch 1, a prompt of `--prompt-tokens` tokens (default 1), `--new-tokens` new tokens
-(default 500, so the window slides past the context of both presets), greedy. tokens/s = new
-tokens / median wall time of the whole generation over `--repeat` runs; the generators alternate
-within every repeat so a load change on a busy machine hits all alike. Every generator must
-produce the same tokens as the first (but the int8 model, whose quantized weights may change a
-greedy choice); a column says whether they do.
+Each case: a batch of `--batch` prompts (default 1; several sizes give one row each and the
+ratio of each size's tokens/s to batch 1's) of `--prompt-tokens` tokens (default 1),
+`--new-tokens` new tokens per prompt (default 500, so the window slides past the context of both
+presets), greedy. tokens/s = batch x new tokens / median wall time of the whole generation over
+`--repeat` runs; the generators alternate within every repeat so a load change on a busy machine
+hits all alike. Every generator must produce the same tokens as the first (but the int8 model,
+whose quantized weights may change a greedy choice); a column says whether they do.
 
 The generators are a registry of named factories: a factory takes the model (in eval mode) and
-returns a callable (prompt ids (1, T), n_new) -> ids (1, T + n_new), or None when it cannot run
+returns a callable (prompt ids (B, T), n_new) -> ids (B, T + n_new), or None when it cannot run
 (e.g. a missing optional dependency; shown as n/a). Preparation (exporting, building a session)
 happens in the factory, outside the timing. The onnxruntime generators export the model once
 (into a temporary folder, with pygpt.export) and step it with export/run_onnx.py, the torch-free
@@ -23,6 +24,9 @@ Usage:
   python benchmarks/bench_generate.py --threads 1 2 --markdown
   python benchmarks/bench_generate.py --ckpt out/ --new-tokens 1000
   python benchmarks/bench_generate.py --preset baby --generators kv-cache --kernels ext torch
+  python benchmarks/bench_generate.py --preset baby --generators kv-cache onnx-fp32 --batch 1 16
+(The whole-process comparison, python -m pygpt.generate against export/run_onnx.py: see
+benchmarks/bench_startup.py.)
 """
 
 import argparse
@@ -128,9 +132,9 @@ def load_models(args):
     return models
 
 
-def bench_case(model, runners, threads, new_tokens, prompt_tokens, repeat, warmup_tokens):
+def bench_case(model, runners, threads, batch, new_tokens, prompt_tokens, repeat, warmup_tokens):
     torch.set_num_threads(threads)
-    idx = torch.randint(model.config.vocab_size, (1, prompt_tokens),
+    idx = torch.randint(model.config.vocab_size, (batch, prompt_tokens),
                         generator=torch.Generator().manual_seed(1))
     for run in runners.values():
         if run is not None and warmup_tokens:
@@ -145,10 +149,22 @@ def bench_case(model, runners, threads, new_tokens, prompt_tokens, repeat, warmu
             times[name].append(time.perf_counter() - t0)
             outputs.setdefault(name, out)
     first = next(iter(outputs.values()), None)
-    return {name: {"tokens_per_s": new_tokens / statistics.median(ts),
-                   "ms_per_token": 1e3 * statistics.median(ts) / new_tokens,
+    return {name: {"tokens_per_s": batch * new_tokens / statistics.median(ts),
+                   "ms_per_step": 1e3 * statistics.median(ts) / new_tokens,
                    "same_tokens": name in APPROXIMATE or torch.equal(outputs[name], first)}
             for name, ts in times.items()}
+
+
+def print_batch_ratios(rows) -> None:
+    """Each batch size's tokens/s over batch 1's, per model, kernels, threads and generator."""
+    ones = {(r[0], r[2], r[3]): r[5] for r in rows if r[4] == 1}
+    for label, _, kernels, threads, batch, result in rows:
+        base = ones.get((label, kernels, threads))
+        if batch == 1 or base is None:
+            continue
+        cells = ", ".join(f"{name} {r['tokens_per_s'] / base[name]['tokens_per_s']:.1f}x"
+                          for name, r in result.items() if name in base)
+        print(f"# {label} {kernels} {threads}t: batch {batch} / batch 1 tokens/s: {cells}")
 
 
 def main(argv=None):
@@ -163,18 +179,20 @@ def main(argv=None):
                    help="kernel sets to run the torch generators on (default: ext)")
     p.add_argument("--generators", nargs="+", choices=list(GENERATORS), default=list(GENERATORS),
                    help="which generators to time (default: all)")
-    p.add_argument("--new-tokens", type=int, default=500, help="tokens generated per run")
+    p.add_argument("--batch", type=int, nargs="+", default=[1],
+                   help="batch sizes: prompts decoded together (default: 1)")
+    p.add_argument("--new-tokens", type=int, default=500, help="tokens generated per prompt")
     p.add_argument("--prompt-tokens", type=int, default=1, help="prompt length in tokens")
     p.add_argument("--repeat", type=int, default=3, help="timed runs per generator (median)")
     p.add_argument("--warmup-tokens", type=int, default=20,
                    help="an untimed short generation per generator first")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = p.parse_args(argv)
-    if args.new_tokens < 1 or args.prompt_tokens < 1 or args.repeat < 1:
-        p.error("--new-tokens, --prompt-tokens and --repeat must be >= 1")
+    if min(args.new_tokens, args.prompt_tokens, args.repeat, *args.batch) < 1:
+        p.error("--new-tokens, --prompt-tokens, --repeat and --batch must be >= 1")
 
-    print(f"# batch 1, prompt {args.prompt_tokens} token(s), {args.new_tokens} new tokens, "
-          f"greedy, median of {args.repeat}")
+    print(f"# batch {' '.join(map(str, args.batch))}, prompt {args.prompt_tokens} token(s), "
+          f"{args.new_tokens} new tokens per prompt, greedy, median of {args.repeat}")
     print(f"# torch {torch.__version__}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
     busy_warning(args.threads)
@@ -187,25 +205,27 @@ def main(argv=None):
             model.kernels = kernels
             runners = {name: GENERATORS[name](model) for name in args.generators}
             for threads in args.threads:
-                result = bench_case(model, runners, threads, args.new_tokens,
-                                    args.prompt_tokens, args.repeat, args.warmup_tokens)
-                rows.append((label, shape, kernels, threads, result))
-                if not args.markdown:
-                    cells = "  ".join(
-                        f"{name} {r['tokens_per_s']:8,.1f} tok/s"
-                        + ("" if r["same_tokens"] else " (DIFFERENT TOKENS)")
-                        for name, r in result.items())
-                    print(f"{label:>12} [{shape}] {kernels:>5} {threads}t: {cells}", flush=True)
+                for batch in args.batch:
+                    result = bench_case(model, runners, threads, batch, args.new_tokens,
+                                        args.prompt_tokens, args.repeat, args.warmup_tokens)
+                    rows.append((label, shape, kernels, threads, batch, result))
+                    if not args.markdown:
+                        cells = "  ".join(
+                            f"{name} {r['tokens_per_s']:9,.1f} tok/s"
+                            + ("" if r["same_tokens"] else " (DIFFERENT TOKENS)")
+                            for name, r in result.items())
+                        print(f"{label:>12} [{shape}] {kernels:>5} {threads}t batch {batch:>3}: "
+                              f"{cells}", flush=True)
 
     names = args.generators
     if args.markdown:
         cols = " | ".join(f"{n} tok/s" for n in names)
         speedup = "kv-cache/no-cache" if {"kv-cache", "no-cache"} <= set(names) else None
-        print(f"| model | shape | kernels | threads | {cols} |"
+        print(f"| model | shape | kernels | threads | batch | {cols} |"
               + (f" {speedup} |" if speedup else "") + " same tokens |")
-        print("|---|---|---|---:|" + "---:|" * len(names) + ("---:|" if speedup else "")
+        print("|---|---|---|---:|---:|" + "---:|" * len(names) + ("---:|" if speedup else "")
               + "---|")
-        for label, shape, kernels, threads, result in rows:
+        for label, shape, kernels, threads, batch, result in rows:
             vals = " | ".join(f"{result[n]['tokens_per_s']:,.1f}" if n in result else "n/a"
                               for n in names)
             extra = ""
@@ -213,7 +233,9 @@ def main(argv=None):
                 ratio = result["kv-cache"]["tokens_per_s"] / result["no-cache"]["tokens_per_s"]
                 extra = f" {ratio:.1f}x |"
             same = "yes" if all(r["same_tokens"] for r in result.values()) else "NO"
-            print(f"| {label} | {shape} | {kernels} | {threads} | {vals} |{extra} {same} |")
+            print(f"| {label} | {shape} | {kernels} | {threads} | {batch} | {vals} |{extra} "
+                  f"{same} |")
+    print_batch_ratios(rows)
     if any(not r["same_tokens"] for *_, result in rows for r in result.values()):
         print("# WARNING: some generators produced different tokens than the first")
 

@@ -8,6 +8,14 @@ last half-context of tokens, re-prefilled into a fresh cache. Without the cache 
 the same window at every step, so both modes condition on exactly the same tokens and agree.
 The ONNX runner in export/ implements the same rules in numpy, without torch.
 
+Several prompts of different lengths decode together (`stream_batch`): right-padded, prefilled
+once with each row's length, then stepped together, each row's new token written at the row's
+own end of the cache; each row keeps its own window and slides it by the rules above (a row
+whose window restarts re-prefills its window but the newest token into its cache rows, and
+that token then goes with the others' step). Greedy, each row gets the tokens `stream` gives
+for its prompt alone; sampling with one generator per row, each row also draws what it would
+alone.
+
 A model whose `rolling_cache` is true (attention that depends on relative positions only) slides
 by one token instead: the window is always the last context_length tokens, and its cache drops
 the oldest position at each step, never re-prefilled. Without the cache the window is re-run as
@@ -16,8 +24,9 @@ sliding-window attention does) information from tokens that have left the window
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Protocol
+from typing import Any, Iterator, Optional, Protocol, Sequence, Union
 
 import torch
 
@@ -30,7 +39,8 @@ class Decoder(Protocol):
     # positions by itself, so the window slides without a new prefill (absent means False).
 
     def prefill(self, idx: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        """idx (B, T) -> logits (B, T, V) and a cache of these positions."""
+        """idx (B, T) -> logits (B, T, V) and a cache of these positions. For stream_batch also
+        `prefill(idx, lengths)` (right-padded rows) and a cache with `put_rows(rows, cache)`."""
 
     def step(self, idx: torch.Tensor, cache: Any) -> torch.Tensor:
         """idx (B, T) following the cached positions -> logits (B, T, V); extends the cache."""
@@ -100,21 +110,111 @@ def stream(model: Decoder, idx: torch.Tensor, max_new_tokens: int, *,
         raise ValueError(f"idx must be (batch, time) with at least one token, got {tuple(idx.shape)}")
     sampling = sampling or Sampling()
     context = model.context_length
-    window = idx[:, -context:]  # only the tokens the next prediction sees: at most context + 1
-    cache = None
+    # Only the tokens the next prediction sees (at most context + 1), as columns (B,): a step
+    # appends one without copying the window.
+    window = deque(idx[:, -context:].unbind(1), maxlen=context + 1)
+    cache = nxt = None
     rolling = getattr(model, "rolling_cache", False)  # the cache slides with the window
     for _ in range(max_new_tokens):
-        start = window_start(0, window.shape[1], context, rolling)
-        if start:
-            window, cache = window[:, start:], cache if rolling else None
-        if not use_cache:
-            logits, _ = model.prefill(window)
-        elif cache is None:
-            logits, cache = model.prefill(window)
+        start = window_start(0, len(window), context, rolling)
+        for _ in range(start):
+            window.popleft()
+        if start and not rolling:
+            cache = None
+        if not use_cache or cache is None:
+            logits, new_cache = model.prefill(torch.stack(tuple(window), dim=1))
+            cache = new_cache if use_cache else None
         else:  # one position against the cache
-            logits = model.step(window[:, -1:], cache)
-        nxt = next_token(logits[:, -1], sampling, generator)
-        window = torch.cat([window, nxt[:, None]], dim=1)
+            logits = model.step(nxt.unsqueeze(1), cache)
+        nxt = next_token(logits.select(1, -1), sampling, generator)
+        window.append(nxt)
+        yield nxt
+
+
+Prompt = Union[torch.Tensor, Sequence[int]]
+Generators = Union[None, torch.Generator, Sequence[torch.Generator]]
+
+
+def _prompt_rows(prompts: Sequence[Prompt]) -> list[list[int]]:
+    """The prompts as lists of token ids, checked: at least one prompt, none empty."""
+    if len(prompts) == 0:
+        raise ValueError("prompts must hold at least one prompt")
+    rows = []
+    for i, prompt in enumerate(prompts):
+        if isinstance(prompt, torch.Tensor) and prompt.dim() != 1:
+            raise ValueError(f"prompt {i} must be a 1-D sequence of token ids, got shape "
+                             f"{tuple(prompt.shape)}")
+        ids = [int(t) for t in (prompt.tolist() if isinstance(prompt, torch.Tensor) else prompt)]
+        if not ids:
+            raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
+        rows.append(ids)
+    return rows
+
+
+def _prefill_rows(model: Decoder, rows: list[list[int]],
+                  device: torch.device) -> tuple[torch.Tensor, Any]:
+    """Rows of token ids, right-padded and prefilled together -> each row's last logits (B, V)
+    and the cache."""
+    lens = [len(r) for r in rows]
+    idx = torch.zeros(len(rows), max(lens), dtype=torch.long, device=device)
+    for b, r in enumerate(rows):
+        idx[b, :len(r)] = torch.tensor(r, dtype=torch.long)
+    if all(n == lens[0] for n in lens):
+        logits, cache = model.prefill(idx)
+    else:
+        logits, cache = model.prefill(idx, torch.tensor(lens, device=device))
+    last = torch.tensor(lens, device=device) - 1
+    return logits[torch.arange(len(rows), device=device), last], cache
+
+
+def _choose(logits: torch.Tensor, sampling: Sampling, generator: Generators) -> torch.Tensor:
+    """next_token for every row: from one generator, or row b from generator[b]."""
+    if sampling.greedy or generator is None or isinstance(generator, torch.Generator):
+        return next_token(logits, sampling, generator)
+    return torch.cat([next_token(logits[b:b + 1], sampling, g) for b, g in enumerate(generator)])
+
+
+def stream_batch(model: Decoder, prompts: Sequence[Prompt], max_new_tokens: int, *,
+                 sampling: Optional[Sampling] = None, use_cache: bool = True,
+                 generator: Generators = None,
+                 device: Optional[torch.device] = None) -> Iterator[torch.Tensor]:
+    """Yields max_new_tokens new tokens (B,), one per prompt, continuing B prompts (1-D tensors
+    or lists of token ids, of any lengths >= 1) together. generator: one for all rows (drawn
+    from in turn), or a sequence of one per row (row b then samples exactly as `stream` would
+    with generator[b] alone). device: where the token tensors go (default: the first tensor
+    prompt's, else the CPU)."""
+    rows = _prompt_rows(prompts)
+    if generator is not None and not isinstance(generator, torch.Generator) \
+            and len(generator) != len(rows):
+        raise ValueError(f"{len(generator)} generators for {len(rows)} prompts; give one per "
+                         "prompt, or a single one")
+    if device is None:
+        device = next((p.device for p in prompts if isinstance(p, torch.Tensor)),
+                      torch.device("cpu"))
+    sampling = sampling or Sampling()
+    context = model.context_length
+    rolling = getattr(model, "rolling_cache", False)
+    windows = [r[-context:] for r in rows]
+    cache, nxt = None, None
+    for _ in range(max_new_tokens):
+        slid = []
+        for b, w in enumerate(windows):
+            start = window_start(0, len(w), context, rolling)
+            if start:
+                windows[b] = w[start:]
+                slid.append(b)
+        if not use_cache:
+            logits, _ = _prefill_rows(model, windows, device)
+        elif cache is None:
+            logits, cache = _prefill_rows(model, windows, device)
+        else:
+            if slid and not rolling:  # those rows restart: their windows but the newest token
+                heads = [windows[b][:-1] for b in slid]
+                cache.put_rows(slid, _prefill_rows(model, heads, device)[1] if heads[0] else None)
+            logits = model.step(nxt.unsqueeze(1), cache).select(1, -1)
+        nxt = _choose(logits, sampling, generator)
+        for w, t in zip(windows, nxt.tolist()):
+            w.append(t)
         yield nxt
 
 
@@ -138,3 +238,27 @@ class Generates:
         """idx (B, T) extended by max_new_tokens chosen tokens: (B, T + max_new_tokens)."""
         new = list(self.stream(idx, max_new_tokens, **options))
         return torch.cat([idx, torch.stack(new, dim=1)], dim=1) if new else idx
+
+    @torch.inference_mode()
+    def stream_batch(self, prompts: Sequence[Prompt], max_new_tokens: int,
+                     **options) -> Iterator[torch.Tensor]:
+        """Yields each step's new tokens (B,), one per prompt; options as
+        pygpt.decoding.stream_batch (the tokens on the module's device)."""
+        was_training = self.training
+        self.eval()
+        try:
+            device = next(self.parameters()).device
+            yield from stream_batch(self, prompts, max_new_tokens, device=device, **options)
+        finally:
+            self.train(was_training)
+
+    @torch.inference_mode()
+    def generate_batch(self, prompts: Sequence[Prompt], max_new_tokens: int,
+                       **options) -> list[torch.Tensor]:
+        """Each prompt (1-D, of any length) extended by max_new_tokens chosen tokens, decoded
+        together: a list of 1-D tensors of len(prompt) + max_new_tokens."""
+        rows = _prompt_rows(prompts)
+        new = list(self.stream_batch(prompts, max_new_tokens, **options))
+        new = torch.stack(new, dim=1).tolist() if new else [[] for _ in rows]
+        device = next(self.parameters()).device
+        return [torch.tensor(r + n, dtype=torch.long, device=device) for r, n in zip(rows, new)]

@@ -157,21 +157,26 @@ def test_stream_drives_any_decoder(use_cache):
 def test_stream_holds_only_the_window(use_cache, monkeypatch):
     """However long the prompt and the stream, decoding joins no token row longer than the
     context + 1 (it once kept and re-joined the whole history every token, so a long stream
-    slowed down as it grew), and still continues the prompt's last token."""
+    slowed down as it grew), joins one only for a prefill (none per cached step), and still
+    continues the prompt's last token."""
     model = _CountingDecoder()
     widths = []
-    real_cat = torch.cat
 
-    def recording_cat(tensors, *args, **kwargs):
-        out = real_cat(tensors, *args, **kwargs)
-        widths.append(out.shape[-1])
-        return out
+    def recording(join):
+        def joined(tensors, *args, **kwargs):
+            out = join(tensors, *args, **kwargs)
+            widths.append(out.shape[-1])
+            return out
+        return joined
 
-    monkeypatch.setattr(torch, "cat", recording_cat)
+    monkeypatch.setattr(torch, "cat", recording(torch.cat))
+    monkeypatch.setattr(torch, "stack", recording(torch.stack))
     idx = torch.arange(40)[None] % model.V
     new = list(stream(model, idx, 300, sampling=Sampling(greedy=True), use_cache=use_cache))
     monkeypatch.undo()
-    assert len(widths) == 300 and max(widths) <= model.context_length + 1
+    prefills = sum(call == "prefill" for call, _ in model.calls)
+    assert len(widths) <= prefills and max(widths) <= model.context_length + 1
+    assert (prefills == 300) != use_cache  # with the cache, most tokens are steps
     assert torch.equal(torch.stack(new, dim=1)[0], (39 + torch.arange(1, 301)) % model.V)
 
 

@@ -22,8 +22,14 @@ from pygpt.models.blocks import transformer_block
 from pygpt.nn import Embeddings, KVCache, LayerNorm, gpt2_init, position_bias
 
 
+# From this vocabulary size on, forward with targets fuses the LM head into the loss
+# (kern.linear_cross_entropy: no (B, T, vocab_size) logits, which then are not returned). Below,
+# the logits are small next to the activations and the plain head + loss is as quick.
+FUSED_LOSS_MIN_VOCAB = 8192
+
+
 class GPTOutput(NamedTuple):
-    logits: torch.Tensor  # (B, T, vocab_size)
+    logits: Optional[torch.Tensor]  # (B, T, vocab_size); None when the loss was fused
     loss: Optional[torch.Tensor]  # mean next-token cross-entropy, when targets are given
 
 
@@ -62,33 +68,46 @@ class GPT(KernelModule, Generates):
         return self.config.pos_encoding in RELATIVE_ENCODINGS
 
     def new_cache(self) -> KVCache:
-        return KVCache(len(self.blocks), window=self.context_length if self.rolling_cache else None)
+        """An empty cache with room for one window (rolling: keeps the last window)."""
+        return KVCache(len(self.blocks), window=self.context_length if self.rolling_cache else None,
+                       capacity=self.context_length)
 
     def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,
-                cache: Optional[KVCache] = None) -> GPTOutput:
-        """idx (B, T) token ids at positions cache.position .. cache.position + T - 1 (from 0
-        without a cache). Returns logits for every position and the loss against targets (B, T)
-        if given. A cache is extended by these T positions."""
+                cache: Optional[KVCache] = None,
+                lengths: Optional[torch.Tensor] = None) -> GPTOutput:
+        """idx (B, T) token ids at positions cache.next_positions .. + T - 1 (from 0 without a
+        cache); lengths (B,): each row's real tokens of a right-padded idx (their logits alone
+        are meaningful; with a cache, each row's are appended at the row's own end). Returns
+        logits for every position and the loss against targets (B, T) if given (from
+        FUSED_LOSS_MIN_VOCAB tokens on, the loss alone: logits None). A cache is extended by
+        these T positions."""
         if idx.dim() != 2:
             raise ValueError(f"idx must be (batch, time), got shape {tuple(idx.shape)}")
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"the cache has {len(cache)} layers, the model {len(self.blocks)}")
-        x = self.embed(idx, start=cache.position if cache is not None else 0)
+        x = self.embed(idx, start=cache.next_positions if cache is not None else 0)
         bias = self.pos_bias() if self.pos_bias is not None else None
         for i, block in enumerate(self.blocks):
-            x = block(x, cache[i] if cache is not None else None, position_bias=bias)
+            x = block(x, cache[i] if cache is not None else None, lengths, position_bias=bias)
         if self.final_norm is not None:
             x = self.final_norm(x)
+        B, T = idx.shape
+        if targets is not None and self.config.vocab_size >= FUSED_LOSS_MIN_VOCAB:
+            loss = self.kern.linear_cross_entropy(x.reshape(B * T, -1), self.lm_head.weight,
+                                                  targets.reshape(B * T), self.lm_head.bias)
+            return GPTOutput(None, loss)
         logits = self.lm_head(x)
         loss = None
         if targets is not None:
-            B, T = idx.shape
             loss = self.kern.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))
         return GPTOutput(logits, loss)
 
-    def prefill(self, idx: torch.Tensor) -> tuple[torch.Tensor, KVCache]:
+    def prefill(self, idx: torch.Tensor,
+                lengths: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, KVCache]:
+        """idx (B, T) from position 0 -> logits (B, T, V) and a new cache of these positions;
+        lengths (B,): the real tokens of right-padded rows (batched generation)."""
         cache = self.new_cache()
-        return self(idx, cache=cache).logits, cache
+        return self(idx, cache=cache, lengths=lengths).logits, cache
 
     def step(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
         return self(idx, cache=cache).logits

@@ -56,23 +56,26 @@ class MultiHeadAttention(KernelModule):
 
         Right-padded batches: lengths (B,) are the real positions of each row of x, and
         context_lengths those of the context (self-attention: the keys are x's, so lengths);
-        padded queries give zeros and nothing attends to padding. position_bias: a relative
-        position or ALiBi bias of the scores (pygpt.nn.position_bias), applied in the kernel."""
+        padded queries give zeros and nothing attends to padding. With a self-attention cache,
+        each row's real positions are appended at the row's own end, and the keys each row
+        sees are the cache's lengths (rows of different lengths, as in batched generation).
+        position_bias: a relative position or ALiBi bias of the scores
+        (pygpt.nn.position_bias), applied in the kernel."""
         B, T, _ = x.shape
-        if cache is not None and context is None and lengths is not None:
-            raise ValueError("a self-attention cache holds unpadded rows; lengths cannot be used "
-                             "with it")
         q = self._heads(self.q(x))
+        kv_lengths = lengths if context is None else context_lengths
         if context is not None and cache is not None and cache.length > 0:
             k, v = cache.k, cache.v
         else:
             source = x if context is None else context
             k, v = self._heads(self.k(source)), self._heads(self.v(source))
             if self.rotary is not None and context is None:  # at the positions after the cache
-                q, k = self.rotary(q, k, cache.position if cache is not None else 0)
-            if cache is not None:
+                q, k = self.rotary(q, k, cache.next_positions if cache is not None else 0)
+            if cache is not None and context is None:
+                k, v = cache.append(k, v, lengths)
+                kv_lengths = cache.lengths
+            elif cache is not None:
                 k, v = cache.append(k, v)
-        kv_lengths = lengths if context is None else context_lengths
         bias = position_bias or ScoreBias()
         y = self.kern.attention(q, k, v, causal=self.causal, q_lengths=lengths,
                                 kv_lengths=kv_lengths, rel_bias=bias.rel_bias,

@@ -11,6 +11,7 @@ from torch import nn
 
 from pygpt.config import RELATIVE_ENCODINGS
 from pygpt.kernels import KernelModule
+from pygpt.nn.kv_cache import Positions, position_ids
 from pygpt.nn.layer_norm import LayerNorm
 from pygpt.nn.position import position_encoding
 
@@ -28,21 +29,23 @@ class Embeddings(KernelModule):
         self.drop = nn.Dropout(dropout)
         self.norm = LayerNorm(dim) if norm else None
 
-    def forward(self, idx: torch.Tensor, start: int = 0,
+    def forward(self, idx: torch.Tensor, start: Positions = 0,
                 segment_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """idx (B, T) token ids at positions start .. start + T - 1, and with segment
-        embeddings their segment ids (B, T) (default all 0) -> (B, T, dim)."""
+        """idx (B, T) token ids at positions start .. start + T - 1 (start: an int, or one per
+        row (B,), as for rows of a cache at different positions), and with segment embeddings
+        their segment ids (B, T) (default all 0) -> (B, T, dim)."""
         T = idx.shape[1]
         x = self.tok(idx)
         if self.pos is not None:
-            if start + T > self.max_positions:
-                raise ValueError(f"{start + T} positions exceed the context length "
+            positions, end = position_ids(start, T, idx.device)
+            if end > self.max_positions:
+                raise ValueError(f"{end} positions exceed the context length "
                                  f"{self.max_positions}; slide the window")
-            x = x + self.pos(torch.arange(start, start + T, device=idx.device))
+            x = x + self.pos(positions)
         if self.seg is not None:
             x = x + self.seg(segment_ids if segment_ids is not None else torch.zeros_like(idx))
         elif segment_ids is not None:
             raise ValueError("segment_ids given to embeddings without segments")
         if self.norm is not None:
             x = self.norm(x)
-        return self.drop(x)
+        return self.drop(x) if self.training else x  # eval: skip the no-op call (decoding)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from pygpt.kernels import KernelModule
+from pygpt.nn.kv_cache import Positions, position_ids
 
 
 def rotary_tables(n_pos: int, rotary_dim: int, base: float = 10000.0,
@@ -36,14 +37,14 @@ class Rotary(KernelModule):
         self.register_buffer("sin", sin, persistent=False)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor,
-                start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """q and k (B, H, T, D) at positions start .. start + T - 1 (the same for every batch
-        row: right padding leaves the real positions at 0 ..) -> both rotated. A traced call
+                start: Positions = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """q and k (B, H, T, D) at positions start .. start + T - 1: the same for every batch
+        row (an int; right padding leaves the real positions at 0 ..), or one start per row
+        (B,) (a cache whose rows are at different positions) -> both rotated. A traced call
         (a symbolic start, as in the ONNX export) uses the tables as they are."""
-        T = q.shape[2]
-        if isinstance(start, int) and start + T > self.cos.shape[0]:
-            self._grow(start + T)
-        positions = torch.arange(start, start + T, device=q.device)
+        positions, end = position_ids(start, q.shape[2], q.device)
+        if isinstance(end, int) and end > self.cos.shape[0]:
+            self._grow(end)
         rotate = self.kern.rotary
         return rotate(q, self.cos, self.sin, positions), rotate(k, self.cos, self.sin, positions)
 
