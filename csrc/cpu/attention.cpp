@@ -17,6 +17,7 @@
 #include "cpu/vec_math.h"
 
 namespace pygpt::cpu {
+inline namespace PYGPT_CPU_ISA {
 namespace {
 
 constexpr int64_t kQueryTile = kAttentionQueryTile;
@@ -348,4 +349,5 @@ PYGPT_INSTANTIATE_ATTENTION(float)
 PYGPT_INSTANTIATE_ATTENTION(double)
 #undef PYGPT_INSTANTIATE_ATTENTION
 
+}  // namespace PYGPT_CPU_ISA
 }  // namespace pygpt::cpu

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 namespace pygpt::cpu {
+inline namespace PYGPT_CPU_ISA {
 namespace {
 
 // Mean and rstd of one row in two passes over the cached row: a first mean, then the centred sums
@@ -133,4 +134,5 @@ template void layer_norm_backward<double>(const double*, const double*, const do
                                           const double*, const double*, double*, double*, double*,
                                           int64_t, int64_t, int64_t);
 
+}  // namespace PYGPT_CPU_ISA
 }  // namespace pygpt::cpu

@@ -11,10 +11,13 @@
 // about twice the speed of the narrow one.
 #pragma once
 
+#include "cpu/isa.h"
+
 #include <cstdint>
 #include <cstring>
 
 namespace pygpt::cpu {
+inline namespace PYGPT_CPU_ISA {
 
 #if defined(__AVX512F__)
 constexpr int kVectorBytes = 64;
@@ -82,4 +85,5 @@ inline void tile_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_row
 // Rounds n up to a multiple of m.
 constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+}  // namespace PYGPT_CPU_ISA
 }  // namespace pygpt::cpu
