@@ -66,8 +66,11 @@ def pip_cuda_include_dirs() -> list:
                   for d in glob.glob(os.path.join(root, "*", "include")))
 
 
-# Keep in step with the kernel flags in CMakeLists.txt.
 CXX_ARGS = ["-O3", "-g0", "-fopenmp"]
+# The kernels' own flags; keep in step with CMakeLists.txt. -fno-trapping-math lets GCC turn the
+# selects of their branch-free math (exp_fast's range clamps) into blends: without it, AVX2 code
+# (which has no mask registers) leaves the softmax's exp loop scalar.
+KERNEL_ARGS = CXX_ARGS + ["-fno-trapping-math"]
 CPU_ISAS = ({"avx512": ["-march=x86-64-v4", "-mprefer-vector-width=512"],
              "avx2": ["-march=x86-64-v3"], "base": []}
             if platform.machine().lower() in ("x86_64", "amd64") else {"base": []})
@@ -111,7 +114,7 @@ class BuildWithCpuIsas(BuildExtension):
         objects = self.compiler.compile(sorted(glob.glob("csrc/cpu/*.cpp")), output_dir=out,
                                         macros=[("PYGPT_CPU_ISA", isa)],
                                         include_dirs=[os.path.abspath("csrc")],
-                                        extra_postargs=CXX_ARGS + flags)
+                                        extra_postargs=KERNEL_ARGS + flags)
         merged = os.path.join(out, f"pygpt_cpu_kernels_{isa}.o")
         subprocess.check_call([tool("ld"), "-r", "--force-group-allocation", "-o", merged,
                                *objects])
