@@ -155,9 +155,12 @@ void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T>
   constexpr int64_t NR = tile_cols<T>();
   const int64_t q_tiles = (s.Tq + kQueryTile - 1) / kQueryTile;
   const int64_t dk_pad = round_up(s.Dk, NR), dv_pad = round_up(s.Dv, NR);
-  const int64_t tk_pad = round_up(s.Tk, NR);
   // K^T and V of one head, packed once and reused by every query tile of that head in the range.
-  std::vector<T> kt(s.Dk * tk_pad), vs(s.Tk * dv_pad);
+  // K^T is packed tile by tile (a Dk x kKeyTile block per key tile): one long (Dk, Tk) panel
+  // would put the rows a score tile reads Tk floats apart, a power of two for typical lengths,
+  // all in the same L1 sets.
+  const int64_t key_tiles = (s.Tk + kKeyTile - 1) / kKeyTile;
+  std::vector<T> kt(key_tiles * s.Dk * kKeyTile), vs(s.Tk * dv_pad);
   int64_t packed_bh = -1;
   std::vector<T> qs(kQueryTile * dk_pad), scores(kQueryTile * kKeyTile), acc(kQueryTile * dv_pad);
   std::vector<T> m(kQueryTile), l(kQueryTile);
@@ -175,8 +178,10 @@ void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T>
               -std::numeric_limits<T>::infinity());
     if (mq == 0) continue;
     if (bh != packed_bh) {
-      pack_transposed(k.at(b, h, 0), k.stride_t, k.stride_d, len.kv, tk_pad, s.Dk, kt.data(),
-                      tk_pad);
+      for (int64_t k0 = 0; k0 < len.kv; k0 += kKeyTile) {
+        pack_transposed(k.at(b, h, k0), k.stride_t, k.stride_d, std::min(kKeyTile, len.kv - k0),
+                        kKeyTile, s.Dk, kt.data() + k0 * s.Dk, kKeyTile);
+      }
       pack_rows(v.at(b, h, 0), v.stride_t, v.stride_d, len.kv, len.kv, s.Dv, T(1), vs.data(),
                 dv_pad);
       packed_bh = bh;
@@ -190,7 +195,7 @@ void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T>
     const int64_t key_end = visible_keys(s, len, r0 + mq - 1);  // the last row sees the most
     for (int64_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
       const int64_t nk = std::min(kKeyTile, key_end - k0), nk_pad = round_up(nk, NR);
-      tile_gemm<T>(mq_pad, nk_pad, s.Dk, qs.data(), dk_pad, 1, kt.data() + k0, tk_pad,
+      tile_gemm<T>(mq_pad, nk_pad, s.Dk, qs.data(), dk_pad, 1, kt.data() + k0 * s.Dk, kKeyTile,
                    scores.data(), kKeyTile, false);
       for (int64_t i = 0; i < mq; ++i) {
         T* p = scores.data() + i * kKeyTile;
