@@ -15,6 +15,7 @@
 
 #include "cpu/tile_gemm.h"
 #include "cpu/vec_math.h"
+#include "cpu/vec_sum.h"
 
 namespace pygpt::cpu {
 inline namespace PYGPT_CPU_ISA {
@@ -65,11 +66,22 @@ void pack_transposed(const T* src, int64_t stride_t, int64_t stride_d, int64_t r
   for (int64_t c = 0; c < D; ++c) std::fill(dst + c * ld + rows, dst + c * ld + cols_pad, T(0));
 }
 
+// The largest of x[0..n), NaNs passed over (as std::max(m, x) does). Written with vector types:
+// GCC leaves an omp simd max reduction scalar when it targets AVX2.
 template <typename T>
 T row_max(const T* x, int64_t n) {
-  T m = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  using V = typename Vec<T>::type;
+  constexpr int W = Vec<T>::lanes;
+  constexpr T lowest = -std::numeric_limits<T>::infinity();
+  V mv = V{} + lowest;
+  int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    const V v = load_as<V>(x + j);
+    mv = v > mv ? v : mv;
+  }
+  T m = lowest;
+  for (int l = 0; l < W; ++l) m = std::max(m, mv[l]);
+  for (; j < n; ++j) m = std::max(m, x[j]);
   return m;
 }
 
