@@ -55,7 +55,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from machine import cpu_model, use_isa
+from machine import cpu_model, isa_note, use_isa
 
 
 def _ours():
@@ -428,7 +428,8 @@ def main():
                    help="our kernels' ISA, and ATen's and MKL's (default: the best for this CPU)")
     p.add_argument("--_rss-child", nargs=6, help=argparse.SUPPRESS)
     args = p.parse_args()
-    isa_note = use_isa(args.isa) if args.device == "cpu" else ""
+    if args.device == "cpu":
+        use_isa(args.isa)
 
     if args._rss_child:
         impl, which, N, V, smoothing, threads = args._rss_child
@@ -450,7 +451,7 @@ def main():
     else:
         backend = [ln for ln in torch.__config__.parallel_info().splitlines() if "backend" in ln]
         print(f"torch {torch.__version__}, {cpu_model()}, {os.cpu_count()} CPUs visible; "
-              f"{backend[0].strip() if backend else ''}; {isa_note}", file=sys.stderr)
+              f"{backend[0].strip() if backend else ''}; {isa_note()}", file=sys.stderr)
     rows = []
     for threads in ([None] if on_gpu else args.threads):
         if threads is not None:
