@@ -21,9 +21,13 @@ namespace pygpt::cpu {
 inline namespace PYGPT_CPU_ISA {
 namespace {
 
-constexpr int64_t kQueryTile = kAttentionQueryTile;
-constexpr int64_t kKeyTile = 64;  // a multiple of tile_cols<T>() for float and double
-static_assert(kKeyTile % tile_cols<float>() == 0 && kQueryTile % kTileRows == 0);
+// Queries per forward work item and keys per score tile: multiples of the GEMM block (kTileRows
+// rows, tile_cols<T>() columns), since the key tile is also the M of the backward's dK and dV
+// products. AVX2's 6-row blocks need 48; the others take 32 queries and 64 keys.
+constexpr int64_t kQueryTile = kTileRows == 6 ? 48 : 32;
+constexpr int64_t kKeyTile = kTileRows == 6 ? 48 : 64;
+static_assert(kKeyTile % tile_cols<float>() == 0 && kKeyTile % tile_cols<double>() == 0);
+static_assert(kQueryTile % kTileRows == 0 && kKeyTile % kTileRows == 0);
 
 // The real queries and keys of one batch row (all Tq and Tk without lengths).
 struct RowLengths {

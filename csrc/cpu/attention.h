@@ -24,12 +24,10 @@ struct View4 {
   }
 };
 
-// Query rows per forward work item (one tile of one (batch, head)).
-constexpr int64_t kAttentionQueryTile = 32;
-
 inline namespace PYGPT_CPU_ISA {
 
-// Number of independent forward work items: B * H * ceil(Tq / kAttentionQueryTile).
+// Number of independent forward work items: B * H * ceil(Tq / query tile), the query tile
+// depending on the ISA (attention.cpp).
 int64_t attention_forward_items(const AttentionShape& s);
 
 // Computes out (B, H, Tq, Dv) and lse (B, H, Tq), both contiguous, for work items [begin, end).
