@@ -74,6 +74,10 @@ ATTENTION_CASES = [  # B, H, Tq, Tk, D, causal, padded, bias
     (2, 2, 5, 70, 64, True, False, "relative"),
     (3, 2, 33, 41, 32, False, True, "alibi"),
     (1, 4, 130, 130, 8, True, True, None),
+    # around the tiles of every ISA (queries 32 or 48, keys 48, 64 or 96)
+    (1, 2, 97, 97, 64, True, False, None),
+    (2, 1, 49, 96, 16, True, True, None),
+    (1, 1, 65, 33, 40, False, False, "relative"),
 ]
 
 

@@ -23,9 +23,10 @@ namespace {
 
 // Queries per forward work item and keys per score tile: multiples of the GEMM block (kTileRows
 // rows, tile_cols<T>() columns), since the key tile is also the M of the backward's dK and dV
-// products. AVX2's 6-row blocks need 48; the others take 32 queries and 64 keys.
-constexpr int64_t kQueryTile = kTileRows == 6 ? 48 : 32;
-constexpr int64_t kKeyTile = kTileRows == 6 ? 48 : 64;
+// products: 48 and 96 for AVX-512's 12-row blocks of 32 floats, 48 and 48 for AVX2's 6-row
+// blocks of 16, 32 and 64 for the baseline's 4-row blocks of 8.
+constexpr int64_t kQueryTile = kTileRows == 4 ? 32 : 48;
+constexpr int64_t kKeyTile = kTileRows == 12 ? 96 : kTileRows == 6 ? 48 : 64;
 static_assert(kKeyTile % tile_cols<float>() == 0 && kKeyTile % tile_cols<double>() == 0);
 static_assert(kQueryTile % kTileRows == 0 && kKeyTile % kTileRows == 0);
 
