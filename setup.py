@@ -4,9 +4,14 @@ The extension compiles against the PyTorch already installed, so the build must 
 
     pip install torch==2.13.0 && pip install --no-build-isolation .
 
+The CPU kernels (csrc/cpu) are compiled once per instruction set, on x86-64 for the baseline,
+AVX2 + FMA (x86-64-v3) and AVX-512 (x86-64-v4), and the first kernel call picks the best one the
+CPU runs (csrc/dispatch): one build runs, and runs well, on every x86-64 machine. Each ISA's
+objects are merged into one relocatable object whose only global symbol is its kernel table, so
+no two ISAs' copies of an inline or template function can be mixed up by the linker. Elsewhere
+(ARM) the kernels are compiled once, for the baseline.
+
 Environment:
-    PYGPT_NATIVE_ARCH=0   build for the generic x86-64/ARM baseline instead of -march=native
-                          (use it when the built package will run on another machine).
     PYGPT_CUDA=0|1        leave out / force the CUDA kernels (default: built when torch is a
                           CUDA build and the CUDA toolkit is found). TORCH_CUDA_ARCH_LIST picks
                           the GPU architectures, e.g. "8.0;9.0".
@@ -14,6 +19,9 @@ Environment:
 import glob
 import importlib.util
 import os
+import platform
+import shutil
+import subprocess
 import sys
 
 from setuptools import find_packages, setup
@@ -58,23 +66,61 @@ def pip_cuda_include_dirs() -> list:
                   for d in glob.glob(os.path.join(root, "*", "include")))
 
 
+CXX_ARGS = ["-O3", "-g0", "-fopenmp"]
+# The kernels' own flags; keep in step with CMakeLists.txt. -fno-trapping-math lets GCC turn the
+# selects of their branch-free math (exp_fast's range clamps) into blends: without it, AVX2 code
+# (which has no mask registers) leaves the softmax's exp loop scalar.
+KERNEL_ARGS = CXX_ARGS + ["-fno-trapping-math"]
+CPU_ISAS = ({"avx512": ["-march=x86-64-v4", "-mprefer-vector-width=512"],
+             "avx2": ["-march=x86-64-v3"], "base": []}
+            if platform.machine().lower() in ("x86_64", "amd64") else {"base": []})
+
+
 def kernel_extension():
-    """The framework-free kernels (csrc/cpu, and csrc/cuda in a CUDA build) plus their torch
-    bindings (csrc/bindings; the *_cuda.cpp ones only in a CUDA build)."""
+    """The torch bindings (csrc/bindings; the *_cuda.cpp ones only in a CUDA build), the ISA
+    dispatcher (csrc/dispatch) and, in a CUDA build, the CUDA kernels (csrc/cuda). The CPU kernels
+    join as one object per ISA (BuildWithCpuIsas)."""
     cuda = build_cuda()
     bindings = [f for f in glob.glob("csrc/bindings/*.cpp") if cuda or not f.endswith("_cuda.cpp")]
-    sources = sorted(glob.glob("csrc/cpu/*.cpp") + bindings)
-    # Keep in step with the kernel flags in CMakeLists.txt.
-    cxx_args = ["-O3", "-g0", "-fopenmp"]
-    if os.environ.get("PYGPT_NATIVE_ARCH", "1") != "0":
-        cxx_args.append("-march=native")
+    sources = sorted(bindings + glob.glob("csrc/dispatch/*.cpp"))
     common = dict(name="pygpt._C", include_dirs=[os.path.abspath("csrc")],
                   extra_link_args=["-fopenmp"], py_limited_api=True)
     if not cuda:
-        return CppExtension(sources=sources, extra_compile_args=cxx_args, **common)
+        return CppExtension(sources=sources, extra_compile_args=CXX_ARGS, **common)
     common["include_dirs"] += pip_cuda_include_dirs()
     return CUDAExtension(sources=sources + sorted(glob.glob("csrc/cuda/*.cu")),
-                         extra_compile_args={"cxx": cxx_args, "nvcc": ["-O3"]}, **common)
+                         extra_compile_args={"cxx": CXX_ARGS, "nvcc": ["-O3"]}, **common)
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        sys.exit(f"building pygpt's CPU kernels needs `{name}` (GNU binutils), which is not on "
+                 "PATH; install binutils")
+    return path
+
+
+class BuildWithCpuIsas(BuildExtension):
+    """Compiles csrc/cpu/*.cpp once per ISA of CPU_ISAS (-DPYGPT_CPU_ISA=<isa> puts each copy in
+    its own namespace), merges each ISA's objects with `ld -r` (section groups dissolved, so no
+    inline function is shared across ISAs) and keeps only its kernel table global (objcopy)."""
+
+    def build_extension(self, ext):
+        ext.extra_objects = [self.isa_object(isa, flags) for isa, flags in CPU_ISAS.items()]
+        super().build_extension(ext)
+
+    def isa_object(self, isa: str, flags: list) -> str:
+        out = os.path.join(self.build_temp, "cpu_isa", isa)
+        objects = self.compiler.compile(sorted(glob.glob("csrc/cpu/*.cpp")), output_dir=out,
+                                        macros=[("PYGPT_CPU_ISA", isa)],
+                                        include_dirs=[os.path.abspath("csrc")],
+                                        extra_postargs=KERNEL_ARGS + flags)
+        merged = os.path.join(out, f"pygpt_cpu_kernels_{isa}.o")
+        subprocess.check_call([tool("ld"), "-r", "--force-group-allocation", "-o", merged,
+                               *objects])
+        subprocess.check_call([tool("objcopy"), f"--keep-global-symbol=pygpt_cpu_kernels_{isa}",
+                               merged])
+        return merged
 
 
 setup(
@@ -91,6 +137,6 @@ setup(
                       "sacrebleu>=2.4"],
     extras_require={"test": ["pytest"]},
     ext_modules=[kernel_extension()],
-    cmdclass={"build_ext": BuildExtension},
+    cmdclass={"build_ext": BuildWithCpuIsas},
     options={"bdist_wheel": {"py_limited_api": "cp39"}},
 )

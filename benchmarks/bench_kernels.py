@@ -35,6 +35,11 @@ Usage:
   python benchmarks/bench_kernels.py --threads 1 --op attention_bias   # position-bias cost
   python benchmarks/bench_kernels.py --markdown         # README-ready table
   python benchmarks/bench_kernels.py --device cuda --dtype bfloat16
+  python benchmarks/bench_kernels.py --isa avx2 --threads 1   # AVX2 against AVX2, on any CPU
+
+--isa runs our kernels with that ISA's build (pygpt.cpu_isa) and ATen and MKL with the same ISA
+(the process restarts itself with ATEN_CPU_CAPABILITY and MKL_ENABLE_INSTRUCTIONS set), so an
+AVX-512 machine measures what an AVX2-only one would see.
 """
 
 import argparse
@@ -49,6 +54,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+from machine import cpu_model, isa_note, use_isa
 
 
 def _ours():
@@ -417,8 +424,12 @@ def main():
     p.add_argument("--rss", action="store_true",
                    help="also measure cross_entropy memory as peak RSS growth in fresh subprocesses")
     p.add_argument("--no-check", action="store_true", help="skip the ours-vs-ATen sanity check")
+    p.add_argument("--isa", choices=["avx512", "avx2", "base"], default=None,
+                   help="our kernels' ISA, and ATen's and MKL's (default: the best for this CPU)")
     p.add_argument("--_rss-child", nargs=6, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.device == "cpu":
+        use_isa(args.isa)
 
     if args._rss_child:
         impl, which, N, V, smoothing, threads = args._rss_child
@@ -439,8 +450,8 @@ def main():
         print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", file=sys.stderr)
     else:
         backend = [ln for ln in torch.__config__.parallel_info().splitlines() if "backend" in ln]
-        print(f"torch {torch.__version__}, {os.cpu_count()} CPUs visible; "
-              f"{backend[0].strip() if backend else ''}", file=sys.stderr)
+        print(f"torch {torch.__version__}, {cpu_model()}, {os.cpu_count()} CPUs visible; "
+              f"{backend[0].strip() if backend else ''}; {isa_note()}", file=sys.stderr)
     rows = []
     for threads in ([None] if on_gpu else args.threads):
         if threads is not None:

@@ -53,3 +53,31 @@ def run_benchmark(name: str, args, bench: Callable, threads: str,
     else:
         with tempfile.TemporaryDirectory(prefix=f"{name}-") as work:
             bench(args, Path(work))
+
+
+# What ATen and MKL are told for each of our ISAs, so that a forced ISA compares like with like.
+ATEN_FOR_ISA = {"avx512": ("avx512", "AVX512"), "avx2": ("avx2", "AVX2"), "base": ("default", "SSE4_2")}
+
+
+def use_isa(isa) -> None:
+    """Runs our CPU kernels with `isa` (None: the best this CPU runs, nothing changed) and ATen
+    and MKL with the same ISA: the process re-executes itself once with ATEN_CPU_CAPABILITY and
+    MKL_ENABLE_INSTRUCTIONS set, since both read them at start-up."""
+    if isa is None:
+        return
+    aten, mkl = ATEN_FOR_ISA[isa]
+    wanted = {"ATEN_CPU_CAPABILITY": aten, "MKL_ENABLE_INSTRUCTIONS": mkl}
+    if any(os.environ.get(k) != v for k, v in wanted.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **wanted})
+    from pygpt import cpu_isa
+
+    cpu_isa.set_isa(isa)
+
+
+def isa_note() -> str:
+    """Which ISA our kernels, ATen and MKL run with, for a benchmark's header."""
+    from pygpt import cpu_isa
+
+    return (f"our kernels: {cpu_isa.active()} (this CPU runs {', '.join(cpu_isa.supported())}); "
+            f"ATen: {torch.backends.cpu.get_cpu_capability()}; MKL_ENABLE_INSTRUCTIONS="
+            f"{os.environ.get('MKL_ENABLE_INSTRUCTIONS', 'unset')}")

@@ -3,12 +3,12 @@ accumulation, clipping, AdamW), on one model, optionally through torch.compile."
 import argparse
 import dataclasses
 import os
-import platform
 import statistics
 import time
 
 import torch
 
+from machine import cpu_model, isa_note, use_isa
 from pygpt.presets import PRESETS, preset
 from pygpt.data import TokenSplits, read_text
 from pygpt.models import GPT
@@ -37,8 +37,8 @@ def describe_run(name, model_cfg, train_cfg, details):
           f"{model_cfg.n_embd} wide, context {model_cfg.block_size}, dropout {model_cfg.dropout}, "
           f"batch {train_cfg.batch_size} x {train_cfg.grad_accum}, {train_cfg.optimizer}; "
           f"{details}")
-    print(f"# torch {torch.__version__}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    print(f"# torch {torch.__version__}, {cpu_model()}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f}; {isa_note()}")
 
 
 class Trainer:
@@ -120,12 +120,15 @@ def parser(doc, side, threads, steps, warmup, warmup_help):
     p.add_argument("--dropout", type=float, default=None, help="override the preset's dropout")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
     p.add_argument("--json", action="store_true", help="print the raw results as JSON lines")
+    p.add_argument("--isa", choices=["avx512", "avx2", "base"], default=None,
+                   help="our kernels' ISA, and ATen's and MKL's (default: the best for this CPU)")
     return p
 
 
 def parse(p, argv):
     """(args, model_cfg, train_cfg): the preset with the command line's overrides."""
     args = p.parse_args(argv)
+    use_isa(args.isa)
     if args.steps < 1 or args.warmup < 0 or args.block < 1:
         p.error("--steps and --block must be >= 1, --warmup >= 0")
     chosen = preset(args.preset)

@@ -8,7 +8,7 @@
 #include <torch/library.h>
 
 #include "bindings/validate.h"
-#include "cpu/attention.h"
+#include "dispatch/cpu_dispatch.h"
 
 namespace pygpt {
 namespace {
@@ -40,8 +40,8 @@ std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::
   at::Tensor out = at::empty({s.B, s.H, s.Tq, s.Dv}, q.options());
   at::Tensor lse = at::empty({s.B, s.H, s.Tq}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "pygpt.attention", [&] {
-    at::parallel_for(0, cpu::attention_forward_items(s), 1, [&](int64_t begin, int64_t end) {
-      cpu::attention_forward<scalar_t>(s, view4<scalar_t>(q), view4<scalar_t>(k),
+    at::parallel_for(0, cpu::kernel_table().attention_forward_items(s), 1, [&](int64_t begin, int64_t end) {
+      cpu::kernels<scalar_t>().attention_forward(s, view4<scalar_t>(q), view4<scalar_t>(k),
                                        view4<scalar_t>(v), out.data_ptr<scalar_t>(),
                                        lse.data_ptr<scalar_t>(), begin, end,
                                        args.bias<scalar_t>());
@@ -79,8 +79,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention
   at::Tensor dtable = at::empty({s.B, s.H, width}, q.options());
   at::Tensor dslopes = at::empty({s.B, s.H}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "pygpt.attention_backward", [&] {
-    at::parallel_for(0, cpu::attention_backward_items(s), 1, [&](int64_t begin, int64_t end) {
-      cpu::attention_backward<scalar_t>(
+    at::parallel_for(0, cpu::kernel_table().attention_backward_items(s), 1, [&](int64_t begin, int64_t end) {
+      cpu::kernels<scalar_t>().attention_backward(
           s, view4<scalar_t>(q), view4<scalar_t>(k), view4<scalar_t>(v), view4<scalar_t>(out),
           view4<scalar_t>(grad_out), lse_c.const_data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
           dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), begin, end, args.bias<scalar_t>(),

@@ -8,7 +8,7 @@
 
 #include "bindings/parallel_rows.h"
 #include "bindings/validate.h"
-#include "cpu/cross_entropy.h"
+#include "dispatch/cpu_dispatch.h"
 
 namespace pygpt {
 namespace {
@@ -49,7 +49,7 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_cpu(const at::Tensor& logits_in
     loss_sum = at::parallel_reduce(
         0, N, row_grain(V), 0.0,
         [&](int64_t begin, int64_t end, double acc) {
-          return acc + cpu::cross_entropy_forward<scalar_t>(
+          return acc + cpu::kernels<scalar_t>().cross_entropy_forward(
                            logits.const_data_ptr<scalar_t>(), logits.stride(0),
                            targets.const_data_ptr<int64_t>(), V, ignore_index, label_smoothing,
                            lse.data_ptr<scalar_t>(), begin, end);
@@ -83,7 +83,7 @@ at::Tensor cross_entropy_backward_cpu(const at::Tensor& grad_loss, const at::Ten
     const scalar_t scale =
         valid > 0 ? scalar_t(grad_loss.item<double>() / double(valid)) : scalar_t(0);
     at::parallel_for(0, N, row_grain(V), [&](int64_t begin, int64_t end) {
-      cpu::cross_entropy_backward<scalar_t>(
+      cpu::kernels<scalar_t>().cross_entropy_backward(
           logits.const_data_ptr<scalar_t>(), logits.stride(0), targets.const_data_ptr<int64_t>(),
           lse.const_data_ptr<scalar_t>(), V, ignore_index, label_smoothing, scale,
           grad_logits.data_ptr<scalar_t>(), begin, end);

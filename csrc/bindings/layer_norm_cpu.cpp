@@ -9,7 +9,7 @@
 
 #include "bindings/parallel_rows.h"
 #include "bindings/validate.h"
-#include "cpu/layer_norm.h"
+#include "dispatch/cpu_dispatch.h"
 
 namespace pygpt {
 namespace {
@@ -38,7 +38,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cpu(
   at::Tensor rstd = at::empty_like(mean);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "pygpt.layer_norm", [&] {
     at::parallel_for(0, N, row_grain(C), [&](int64_t begin, int64_t end) {
-      cpu::layer_norm_forward<scalar_t>(x.const_data_ptr<scalar_t>(), data_or_null<scalar_t>(weight),
+      cpu::kernels<scalar_t>().layer_norm_forward(x.const_data_ptr<scalar_t>(), data_or_null<scalar_t>(weight),
                                         data_or_null<scalar_t>(bias), y.data_ptr<scalar_t>(),
                                         mean.data_ptr<scalar_t>(), rstd.data_ptr<scalar_t>(), C,
                                         eps, begin, end);
@@ -77,7 +77,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cpu(
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "pygpt.layer_norm", [&] {
     at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
       for (int64_t c = chunk_begin; c < chunk_end; ++c) {
-        cpu::layer_norm_backward<scalar_t>(
+        cpu::kernels<scalar_t>().layer_norm_backward(
             grad_y.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(),
             data_or_null<scalar_t>(weight), mean.const_data_ptr<scalar_t>(),
             rstd.const_data_ptr<scalar_t>(), dx.data_ptr<scalar_t>(),

@@ -6,7 +6,7 @@
 #include "bindings/parallel_rows.h"
 #include "bindings/rotary_args.h"
 #include "bindings/validate.h"
-#include "cpu/rotary.h"
+#include "dispatch/cpu_dispatch.h"
 
 namespace pygpt {
 namespace {
@@ -19,7 +19,7 @@ at::Tensor rotary_cpu(const at::Tensor& x_in, const at::Tensor& cos_in, const at
   const RotaryShape& s = a.shape;
   AT_DISPATCH_FLOATING_TYPES(a.x.scalar_type(), "pygpt.rotary", [&] {
     at::parallel_for(0, s.B * s.H * s.T, row_grain(s.D), [&](int64_t begin, int64_t end) {
-      cpu::rotary<scalar_t>(a.x.const_data_ptr<scalar_t>(), a.cos.const_data_ptr<scalar_t>(),
+      cpu::kernels<scalar_t>().rotary(a.x.const_data_ptr<scalar_t>(), a.cos.const_data_ptr<scalar_t>(),
                             a.sin.const_data_ptr<scalar_t>(),
                             a.positions.const_data_ptr<int64_t>(), a.y.data_ptr<scalar_t>(), s,
                             begin, end);

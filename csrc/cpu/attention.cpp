@@ -15,13 +15,20 @@
 
 #include "cpu/tile_gemm.h"
 #include "cpu/vec_math.h"
+#include "cpu/vec_sum.h"
 
 namespace pygpt::cpu {
+inline namespace PYGPT_CPU_ISA {
 namespace {
 
-constexpr int64_t kQueryTile = kAttentionQueryTile;
-constexpr int64_t kKeyTile = 64;  // a multiple of tile_cols<T>() for float and double
-static_assert(kKeyTile % tile_cols<float>() == 0 && kQueryTile % kTileRows == 0);
+// Queries per forward work item and keys per score tile: multiples of the GEMM block (kTileRows
+// rows, tile_cols<T>() columns), since the key tile is also the M of the backward's dK and dV
+// products: 48 and 96 for AVX-512's 12-row blocks of 32 floats, 48 and 48 for AVX2's 6-row
+// blocks of 16, 32 and 64 for the baseline's 4-row blocks of 8.
+constexpr int64_t kQueryTile = kTileRows == 4 ? 32 : 48;
+constexpr int64_t kKeyTile = kTileRows == 12 ? 96 : kTileRows == 6 ? 48 : 64;
+static_assert(kKeyTile % tile_cols<float>() == 0 && kKeyTile % tile_cols<double>() == 0);
+static_assert(kQueryTile % kTileRows == 0 && kKeyTile % kTileRows == 0);
 
 // The real queries and keys of one batch row (all Tq and Tk without lengths).
 struct RowLengths {
@@ -64,11 +71,22 @@ void pack_transposed(const T* src, int64_t stride_t, int64_t stride_d, int64_t r
   for (int64_t c = 0; c < D; ++c) std::fill(dst + c * ld + rows, dst + c * ld + cols_pad, T(0));
 }
 
+// The largest of x[0..n), NaNs passed over (as std::max(m, x) does). Written with vector types:
+// GCC leaves an omp simd max reduction scalar when it targets AVX2.
 template <typename T>
 T row_max(const T* x, int64_t n) {
-  T m = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  using V = typename Vec<T>::type;
+  constexpr int W = Vec<T>::lanes;
+  constexpr T lowest = -std::numeric_limits<T>::infinity();
+  V mv = V{} + lowest;
+  int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    const V v = load_as<V>(x + j);
+    mv = v > mv ? v : mv;
+  }
+  T m = lowest;
+  for (int l = 0; l < W; ++l) m = std::max(m, mv[l]);
+  for (; j < n; ++j) m = std::max(m, x[j]);
   return m;
 }
 
@@ -154,9 +172,12 @@ void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T>
   constexpr int64_t NR = tile_cols<T>();
   const int64_t q_tiles = (s.Tq + kQueryTile - 1) / kQueryTile;
   const int64_t dk_pad = round_up(s.Dk, NR), dv_pad = round_up(s.Dv, NR);
-  const int64_t tk_pad = round_up(s.Tk, NR);
   // K^T and V of one head, packed once and reused by every query tile of that head in the range.
-  std::vector<T> kt(s.Dk * tk_pad), vs(s.Tk * dv_pad);
+  // K^T is packed tile by tile (a Dk x kKeyTile block per key tile): one long (Dk, Tk) panel
+  // would put the rows a score tile reads Tk floats apart, a power of two for typical lengths,
+  // all in the same L1 sets.
+  const int64_t key_tiles = (s.Tk + kKeyTile - 1) / kKeyTile;
+  std::vector<T> kt(key_tiles * s.Dk * kKeyTile), vs(s.Tk * dv_pad);
   int64_t packed_bh = -1;
   std::vector<T> qs(kQueryTile * dk_pad), scores(kQueryTile * kKeyTile), acc(kQueryTile * dv_pad);
   std::vector<T> m(kQueryTile), l(kQueryTile);
@@ -174,8 +195,10 @@ void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T>
               -std::numeric_limits<T>::infinity());
     if (mq == 0) continue;
     if (bh != packed_bh) {
-      pack_transposed(k.at(b, h, 0), k.stride_t, k.stride_d, len.kv, tk_pad, s.Dk, kt.data(),
-                      tk_pad);
+      for (int64_t k0 = 0; k0 < len.kv; k0 += kKeyTile) {
+        pack_transposed(k.at(b, h, k0), k.stride_t, k.stride_d, std::min(kKeyTile, len.kv - k0),
+                        kKeyTile, s.Dk, kt.data() + k0 * s.Dk, kKeyTile);
+      }
       pack_rows(v.at(b, h, 0), v.stride_t, v.stride_d, len.kv, len.kv, s.Dv, T(1), vs.data(),
                 dv_pad);
       packed_bh = bh;
@@ -189,7 +212,7 @@ void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T>
     const int64_t key_end = visible_keys(s, len, r0 + mq - 1);  // the last row sees the most
     for (int64_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
       const int64_t nk = std::min(kKeyTile, key_end - k0), nk_pad = round_up(nk, NR);
-      tile_gemm<T>(mq_pad, nk_pad, s.Dk, qs.data(), dk_pad, 1, kt.data() + k0, tk_pad,
+      tile_gemm<T>(mq_pad, nk_pad, s.Dk, qs.data(), dk_pad, 1, kt.data() + k0 * s.Dk, kKeyTile,
                    scores.data(), kKeyTile, false);
       for (int64_t i = 0; i < mq; ++i) {
         T* p = scores.data() + i * kKeyTile;
@@ -348,4 +371,5 @@ PYGPT_INSTANTIATE_ATTENTION(float)
 PYGPT_INSTANTIATE_ATTENTION(double)
 #undef PYGPT_INSTANTIATE_ATTENTION
 
+}  // namespace PYGPT_CPU_ISA
 }  // namespace pygpt::cpu

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/attention_shape.h"
+#include "cpu/isa.h"
 
 namespace pygpt::cpu {
 
@@ -23,10 +24,10 @@ struct View4 {
   }
 };
 
-// Query rows per forward work item (one tile of one (batch, head)).
-constexpr int64_t kAttentionQueryTile = 32;
+inline namespace PYGPT_CPU_ISA {
 
-// Number of independent forward work items: B * H * ceil(Tq / kAttentionQueryTile).
+// Number of independent forward work items: B * H * ceil(Tq / query tile), the query tile
+// depending on the ISA (attention.cpp).
 int64_t attention_forward_items(const AttentionShape& s);
 
 // Computes out (B, H, Tq, Dv) and lse (B, H, Tq), both contiguous, for work items [begin, end).
@@ -51,4 +52,5 @@ void attention_backward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T
                         int64_t item_end, const AttentionBias<T>& bias = {}, T* dtable = nullptr,
                         T* dslopes = nullptr);
 
+}  // namespace PYGPT_CPU_ISA
 }  // namespace pygpt::cpu

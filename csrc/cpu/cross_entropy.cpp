@@ -11,6 +11,7 @@
 #include "cpu/vec_math.h"
 
 namespace pygpt::cpu {
+inline namespace PYGPT_CPU_ISA {
 namespace {
 
 // Logits are consumed in blocks that stay in L1 between the max and the exp pass. 1024 measured
@@ -158,4 +159,5 @@ template void cross_entropy_backward<double>(const double*, int64_t, const int64
                                              const double*, int64_t, int64_t, double, double,
                                              double*, int64_t, int64_t);
 
+}  // namespace PYGPT_CPU_ISA
 }  // namespace pygpt::cpu

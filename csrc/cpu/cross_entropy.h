@@ -11,9 +11,12 @@
 // in the same sweep as its log-sum-exp; s == 0 is exactly the unsmoothed computation.
 #pragma once
 
+#include "cpu/isa.h"
+
 #include <cstdint>
 
 namespace pygpt::cpu {
+inline namespace PYGPT_CPU_ISA {
 
 // Writes lse[i] for rows [row_begin, row_end) and returns the sum of the row losses
 // (lse[i] - logits[i, target[i]] when label_smoothing is 0) over the rows whose target is not
@@ -32,4 +35,5 @@ void cross_entropy_backward(const T* logits, int64_t row_stride, const int64_t* 
                             const T* lse, int64_t V, int64_t ignore_index, double label_smoothing,
                             T grad_scale, T* grad_logits, int64_t row_begin, int64_t row_end);
 
+}  // namespace PYGPT_CPU_ISA
 }  // namespace pygpt::cpu

@@ -6,7 +6,10 @@
 #include <cmath>
 #include <type_traits>
 
+#include "cpu/vec_sum.h"
+
 namespace pygpt::cpu {
+inline namespace PYGPT_CPU_ISA {
 namespace {
 
 // Mean and rstd of one row in two passes over the cached row: a first mean, then the centred sums
@@ -14,17 +17,13 @@ namespace {
 // the variance of rows with a large mean (a one-pass sum of squares cancels catastrophically).
 template <typename T>
 void row_statistics(const T* x, int64_t C, double eps, T& mean, T& rstd) {
-  T sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < C; ++j) sum += x[j];
+  const T sum = vector_sums<T, 1>(C, [&](auto load, int64_t j, auto& a) { a[0] += load(x + j); })[0];
   const T rough_mean = sum / static_cast<T>(C);
-  T sum_d = 0, sum_d2 = 0;
-#pragma omp simd reduction(+ : sum_d, sum_d2)
-  for (int64_t j = 0; j < C; ++j) {
-    const T d = x[j] - rough_mean;
-    sum_d += d;
-    sum_d2 += d * d;
-  }
+  const auto [sum_d, sum_d2] = vector_sums<T, 2>(C, [&](auto load, int64_t j, auto& a) {
+    const auto d = load(x + j) - rough_mean;
+    a[0] += d;
+    a[1] += d * d;
+  });
   const double n = static_cast<double>(C);
   const double shift = static_cast<double>(sum_d) / n;
   const double var = std::max(static_cast<double>(sum_d2) / n - shift * shift, 0.0);
@@ -73,13 +72,12 @@ void backward_rows(const T* grad_y, const T* x, const T* weight, const T* mean, 
     const T* xr = x + i * C;
     T* dxr = dx + i * C;
     const T m = mean[i], r = rstd[i];
-    T sum_g = 0, sum_g_xhat = 0;
-#pragma omp simd reduction(+ : sum_g, sum_g_xhat)
-    for (int64_t j = 0; j < C; ++j) {
-      const T g = kWeight ? dy[j] * weight[j] : dy[j];
-      sum_g += g;
-      sum_g_xhat += g * ((xr[j] - m) * r);
-    }
+    const auto [sum_g, sum_g_xhat] = vector_sums<T, 2>(C, [&](auto load, int64_t j, auto& a) {
+      auto g = load(dy + j);
+      if constexpr (kWeight) g = g * load(weight + j);
+      a[0] += g;
+      a[1] += g * ((load(xr + j) - m) * r);
+    });
     const T mean_g = sum_g / static_cast<T>(C);
     const T mean_g_xhat = sum_g_xhat / static_cast<T>(C);
 #pragma omp simd  // too many pointers for GCC's runtime alias checks; each j touches only [j]
@@ -133,4 +131,5 @@ template void layer_norm_backward<double>(const double*, const double*, const do
                                           const double*, const double*, double*, double*, double*,
                                           int64_t, int64_t, int64_t);
 
+}  // namespace PYGPT_CPU_ISA
 }  // namespace pygpt::cpu

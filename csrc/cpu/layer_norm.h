@@ -5,9 +5,12 @@
 // partial buffers that the caller then adds up (a two-stage reduction with no atomics).
 #pragma once
 
+#include "cpu/isa.h"
+
 #include <cstdint>
 
 namespace pygpt::cpu {
+inline namespace PYGPT_CPU_ISA {
 
 // y = (x - mean) * rstd * weight + bias for rows [row_begin, row_end); saves mean and rstd per row.
 // weight and bias may be null (no affine transform / no bias).
@@ -22,4 +25,5 @@ void layer_norm_backward(const T* grad_y, const T* x, const T* weight, const T* 
                          T* dx, T* dweight_partial, T* dbias_partial, int64_t C, int64_t row_begin,
                          int64_t row_end);
 
+}  // namespace PYGPT_CPU_ISA
 }  // namespace pygpt::cpu

@@ -3,6 +3,7 @@
 #include "cpu/rotary.h"
 
 namespace pygpt::cpu {
+inline namespace PYGPT_CPU_ISA {
 namespace {
 
 template <typename T, bool kInverse>
@@ -44,4 +45,5 @@ template void rotary<float>(const float*, const float*, const float*, const int6
 template void rotary<double>(const double*, const double*, const double*, const int64_t*,
                              double*, const RotaryShape&, int64_t, int64_t);
 
+}  // namespace PYGPT_CPU_ISA
 }  // namespace pygpt::cpu

@@ -2,12 +2,15 @@
 // that call them (no branches, no library calls in the float path).
 #pragma once
 
+#include "cpu/isa.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
 namespace pygpt::cpu {
+inline namespace PYGPT_CPU_ISA {
 
 // exp(x) for float with ~1 ulp error over the whole range, 0 below -87.3 (including -inf),
 // +inf above 88.7, NaN for NaN. Range reduction x = n*ln2 + r with |r| <= ln2/2, then a degree-7
@@ -39,4 +42,5 @@ inline float exp_fast(float x) {
 // float64 exists for gradcheck, where accuracy matters and speed does not.
 inline double exp_fast(double x) { return std::exp(x); }
 
+}  // namespace PYGPT_CPU_ISA
 }  // namespace pygpt::cpu
