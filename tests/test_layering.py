@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pygpt"
 LAYERS = [
     ["pygpt.io", "pygpt.run_files", "pygpt.config", "pygpt.presets", "pygpt.cli"],
     ["pygpt.tokenizer", "pygpt.data", "pygpt.mlm_data", "pygpt.labelled_data", "pygpt.ops",
-     "pygpt.plot", "pygpt.parallel_data", "pygpt.bleu"],
+     "pygpt.fused_ops", "pygpt.op_support", "pygpt.plot", "pygpt.parallel_data", "pygpt.bleu"],
     ["pygpt.kernels"],
     ["pygpt.nn"],
     ["pygpt.decoding", "pygpt.translation_search", "pygpt.text_translation"],
