@@ -106,6 +106,18 @@ def torch_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s, x[..., 2 * half:]], dim=-1)
 
 
+def torch_bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x + bias)
+
+
+def torch_add_layer_norm(x: torch.Tensor, residual: torch.Tensor,
+                         weight: Optional[torch.Tensor] = None,
+                         bias: Optional[torch.Tensor] = None,
+                         eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    s = x + residual
+    return s, F.layer_norm(s, s.shape[-1:], weight, bias, eps)
+
+
 @dataclass(frozen=True)
 class Kernels:
     attention: Callable[..., torch.Tensor]
@@ -113,13 +125,17 @@ class Kernels:
     cross_entropy: Callable[..., torch.Tensor]
     rotary: Callable[..., torch.Tensor]
     linear_cross_entropy: Callable[..., torch.Tensor]  # the LM head and its loss, fused
+    bias_gelu: Callable[..., torch.Tensor]  # gelu(x + bias)
+    add_layer_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]  # (s, layer_norm(s))
 
 
 KERNELS: dict[str, Kernels] = {
     "ext": Kernels(ops.attention, ops.layer_norm, ops.cross_entropy, ops.rotary,
-                   ops.linear_cross_entropy),
+                   linear_cross_entropy=ops.linear_cross_entropy, bias_gelu=ops.bias_gelu,
+                   add_layer_norm=ops.add_layer_norm),
     "torch": Kernels(torch_attention, torch_layer_norm, torch_cross_entropy, torch_rotary,
-                     torch_linear_cross_entropy),
+                     linear_cross_entropy=torch_linear_cross_entropy, bias_gelu=torch_bias_gelu,
+                     add_layer_norm=torch_add_layer_norm),
 }
 assert tuple(KERNELS) == KERNEL_SETS, "pygpt.config.KERNEL_SETS names these kernel sets"
 

@@ -1,9 +1,10 @@
 """pygpt's ONNX graph building, shared by the GPT and BERT exports: the translations of our custom
 ops to standard ONNX ops (attention into MatMul/Softmax with its mask built in the graph, layer
-norm into LayerNormalization), so a graph runs in stock onnxruntime with no custom-op library;
-the dynamo export call; int8 weight quantization; and writing an export folder as a whole (pygpt.io.FolderWrite,
-runner.json the index: removed first and moved in last), so a failed or killed export leaves the
-previous export or the new one, never a mix."""
+norm into LayerNormalization, the fused bias + GELU and add + layer norm into their parts), so a
+graph runs in stock onnxruntime with no custom-op library; the dynamo export call; int8 weight
+quantization; and writing an export folder as a whole (pygpt.io.FolderWrite, runner.json the
+index: removed first and moved in last), so a failed or killed export leaves the previous export
+or the new one, never a mix."""
 from __future__ import annotations
 
 import json
@@ -126,9 +127,27 @@ def _rotary(x, cos, sin, positions, inverse: bool = False):
                      op.Slice(x, rotated, end, axis), axis=3)
 
 
+def _bias_gelu(x, bias):
+    """pygpt.bias_gelu as the exact GELU of x + bias, h * (1 + erf(h / sqrt 2)) / 2 (opset 18
+    has Erf but no Gelu)."""
+    h = op.Add(x, bias)
+    half = op.CastLike(op.Constant(value_float=0.5), h)
+    one = op.CastLike(op.Constant(value_float=1.0), h)
+    root_half = op.CastLike(op.Constant(value_float=0.7071067811865476), h)
+    return op.Mul(op.Mul(h, half), op.Add(one, op.Erf(op.Mul(h, root_half))))
+
+
+def _add_layer_norm(x, residual, weight=None, bias=None, eps: float = 1e-5):
+    """pygpt.add_layer_norm as Add and then LayerNormalization (as _layer_norm)."""
+    s = op.Add(x, residual)
+    return (s, *_layer_norm(s, weight, bias, eps))
+
+
 TRANSLATIONS = {torch.ops.pygpt.attention.default: _attention,
                 torch.ops.pygpt.layer_norm.default: _layer_norm,
-                torch.ops.pygpt.rotary.default: _rotary}
+                torch.ops.pygpt.rotary.default: _rotary,
+                torch.ops.pygpt.bias_gelu.default: _bias_gelu,
+                torch.ops.pygpt.add_layer_norm.default: _add_layer_norm}
 
 
 def to_onnx(module: torch.nn.Module, args: tuple, path: Path, input_names: list[str],

@@ -1,4 +1,5 @@
-"""pygpt's kernels as differentiable PyTorch ops: attention, layer_norm, cross_entropy, rotary.
+"""pygpt's kernels as differentiable PyTorch ops: attention, layer_norm, cross_entropy, rotary,
+and the fused bias_gelu and add_layer_norm (defined in pygpt.fused_ops).
 
 Importing this module loads the compiled extension `pygpt._C`, which registers
 `torch.ops.pygpt.*`. Where each part lives:
@@ -23,9 +24,12 @@ from typing import Optional
 import torch
 
 from pygpt import _C  # noqa: F401  (loading the library registers torch.ops.pygpt)
+from pygpt.fused_ops import add_layer_norm, bias_gelu
 from pygpt.linear_cross_entropy import linear_cross_entropy  # the fused LM head + loss
+from pygpt.op_support import check_same_device as _check_same_device, stats_dtype as _stats_dtype
 
-__all__ = ["attention", "layer_norm", "cross_entropy", "linear_cross_entropy", "rotary"]
+__all__ = ["attention", "layer_norm", "cross_entropy", "rotary", "bias_gelu", "add_layer_norm",
+           "linear_cross_entropy"]
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
@@ -88,22 +92,6 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     result is contiguous. Differentiable in x (the backward is the inverse rotation); the tables
     are fixed and get no gradient."""
     return torch.ops.pygpt.rotary(x, cos, sin, positions, False)
-
-
-def _stats_dtype(t: torch.Tensor) -> torch.dtype:
-    """Statistics (lse, mean, rstd) stay float32 for half-precision inputs (the CUDA kernels)."""
-    return torch.float32 if t.dtype in (torch.bfloat16, torch.float16) else t.dtype
-
-
-def _check_same_device(op: str, **tensors: Optional[torch.Tensor]) -> None:
-    """A fake implementation also runs for real calls that mix in a meta tensor; refuse those as
-    the kernels do, instead of returning uninitialised outputs."""
-    given = [(name, t) for name, t in tensors.items() if t is not None]
-    first_name, first = given[0]
-    for name, t in given[1:]:
-        if t.device != first.device:
-            raise RuntimeError(f"{op}: {name} is on {t.device} but {first_name} is on "
-                               f"{first.device}; all tensors must be on the same device")
 
 
 # --- attention -------------------------------------------------------------------------------

@@ -160,3 +160,38 @@ def test_float64_gradients_pass_gradcheck(isa):
     x = rand(3, 7, dtype=torch.float64, requires_grad=True)
     w, b = (rand(7, dtype=torch.float64, requires_grad=True) for _ in range(2))
     assert torch.autograd.gradcheck(ops.layer_norm, (x, w, b))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (7, 3), (5, 13, 129), (2, 512)])
+def test_bias_gelu(isa, dtype, shape):
+    x = rand(*shape, dtype=dtype, requires_grad=True, scale=3.0)
+    b = rand(shape[-1], dtype=dtype, requires_grad=True)
+    g = rand(*shape, dtype=dtype)
+    y = ops.bias_gelu(x, b)
+    grads = torch.autograd.grad(y, (x, b), g)
+    x64, b64 = f64(x, b)
+    expected = torch.nn.functional.gelu(x64 + b64)
+    expected_grads = torch.autograd.grad(expected, (x64, b64), g.double())
+    close(y, expected, TOL[dtype], f"{isa} bias_gelu")
+    for name, got, want in zip(("x", "bias"), grads, expected_grads):
+        close(got, want, TOL[dtype], f"{isa} bias_gelu d{name}", rel_to_max=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (7, 3), (5, 13, 129), (2, 768)])
+def test_add_layer_norm(isa, dtype, shape):
+    x, r = (rand(*shape, dtype=dtype, requires_grad=True, scale=2.0) for _ in range(2))
+    w, b = (rand(shape[-1], dtype=dtype, requires_grad=True) for _ in range(2))
+    g_sum, g_y = rand(*shape, dtype=dtype), rand(*shape, dtype=dtype)
+    s, y = ops.add_layer_norm(x, r, w, b)
+    grads = torch.autograd.grad((s, y), (x, r, w, b), (g_sum, g_y))
+    x64, r64, w64, b64 = f64(x, r, w, b)
+    s64 = x64 + r64
+    y64 = ref.layer_norm(s64, w64, b64)[0]
+    expected_grads = torch.autograd.grad((s64, y64), (x64, r64, w64, b64),
+                                         (g_sum.double(), g_y.double()))
+    close(s, s64, TOL[dtype], f"{isa} add_layer_norm sum")
+    close(y, y64, TOL[dtype], f"{isa} add_layer_norm")
+    for name, got, want in zip(("x", "residual", "weight", "bias"), grads, expected_grads):
+        close(got, want, TOL[dtype], f"{isa} add_layer_norm d{name}", rel_to_max=True)

@@ -1,68 +1,26 @@
 """The op-boundary contract, checked the same way for every pygpt op.
 
-Every op (attention, layer_norm, cross_entropy, rotary) rejects bad input at its boundary -- wrong dtype,
-rank or size, an out-of-range value, a tensor on another device -- with an error whose message
-names the offending argument and says what was expected. This holds through the public wrapper
-(`pygpt.ops.*`) and the raw op (`torch.ops.pygpt.*`); the device check is also run on the CPU
-kernel directly, since through the dispatcher a meta tensor is routed to the fake implementation
-instead.
+Every op (attention, layer_norm, cross_entropy, rotary, bias_gelu, add_layer_norm) rejects bad
+input at its boundary -- wrong dtype, rank or size, an out-of-range value, a tensor on another
+device -- with an error whose message names the offending argument and says what was expected.
+This holds through the public wrapper (`pygpt.ops.*`) and the raw op (`torch.ops.pygpt.*`); the
+device check is also run on the CPU kernel directly, since through the dispatcher a meta tensor
+is routed to the fake implementation instead.
 
-Each op is one `Contract` (ATTENTION, LAYER_NORM, CROSS_ENTROPY, ROTARY): the names of its tensor
-arguments, the raw op's other arguments (the public wrapper's defaults), valid inputs, its
-bad-input cases and the argument moved off the CPU for the bad-device case. `test_bad_input` and
-`test_bad_device` run over all of them. Op-specific checks that do not fit the table stay in the op's own test file (e.g.
-test_cross_entropy.test_bad_target_backward_path).
+Each op is one `Contract` (tests/contracts.py; ATTENTION, LAYER_NORM, CROSS_ENTROPY, ROTARY here,
+BIAS_GELU and ADD_LAYER_NORM in tests/fused_contracts.py): the names of its tensor arguments, the
+raw op's other arguments (the public wrapper's defaults), valid inputs, its bad-input cases and
+the argument moved off the CPU for the bad-device case. `test_bad_input` and `test_bad_device`
+run over all of them. Op-specific checks that do not fit the table stay in the op's own test
+file (e.g. test_cross_entropy.test_bad_target_backward_path).
 """
-
-from dataclasses import dataclass
-from typing import Callable, NamedTuple
 
 import pytest
 import torch
 
-import pygpt.ops
+from contracts import CALLERS, Bad, Contract
+from fused_contracts import ADD_LAYER_NORM, BIAS_GELU
 from helpers import WHAT_DEVICE, WHAT_DTYPE, WHAT_RANGE, WHAT_RANK, WHAT_SIZE, raises_naming, rand
-
-CALLERS = ("public", "raw")
-CPU_KERNEL = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-
-
-class Bad(NamedTuple):
-    args: tuple  # the op's tensor arguments, one or more of them bad
-    arg: str  # the argument the error must name (a prefix when it ends with '*')
-    what: str  # regex for what was expected (helpers.WHAT_*)
-
-
-@dataclass(frozen=True)
-class Contract:
-    name: str  # pygpt.ops.<name> and torch.ops.pygpt.<name>
-    arg_names: tuple  # names of the tensor arguments, in order
-    options: tuple  # the raw op's non-tensor arguments: the public wrapper's defaults
-    good: Callable[[], tuple]  # valid tensor arguments
-    bad: dict  # case name -> Bad
-    off_device: str  # the argument moved to the meta device in test_bad_device
-    # Trailing tensor arguments that the public wrapper takes by keyword and the raw op after
-    # the options (attention's lengths and position biases); `label` tells such a contract from
-    # the op's plain one.
-    keywords: tuple = ()
-    label: str = ""
-
-    @property
-    def key(self) -> str:
-        return self.label or self.name
-
-    def call(self, caller, *tensors):
-        op = getattr(torch.ops.pygpt, self.name)
-        n = len(tensors) - len(self.keywords)
-        positional, by_keyword = tensors[:n], tensors[n:]
-        if caller == "public":
-            return getattr(pygpt.ops, self.name)(*positional,
-                                                  **dict(zip(self.keywords, by_keyword)))
-        args = (*positional, *self.options, *by_keyword)
-        if caller == "raw":
-            return op(*args)
-        assert caller == "cpu_kernel", caller
-        return op.default.redispatch(CPU_KERNEL, *args)
 
 
 # --- attention: q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv) -----------------------------------
@@ -260,7 +218,7 @@ ROTARY = Contract("rotary", ("x", "cos", "sin", "positions"), options=(False,), 
 
 
 CONTRACTS = {c.key: c for c in (ATTENTION, ATTENTION_LENGTHS, ATTENTION_REL_BIAS, ATTENTION_ALIBI,
-                                 LAYER_NORM, CROSS_ENTROPY, ROTARY)}
+                                 LAYER_NORM, CROSS_ENTROPY, ROTARY, BIAS_GELU, ADD_LAYER_NORM)}
 
 BAD_CASES = [pytest.param(op, case, id=f"{op}-{case}")
              for op, contract in CONTRACTS.items() for case in contract.bad]

@@ -96,4 +96,16 @@ TORCH_LIBRARY(pygpt, m) {
   // cos / sin tables (max_pos, rotary_dim / 2); inverse rotates back (its own backward).
   m.def("rotary(Tensor x, Tensor cos, Tensor sin, Tensor positions, bool inverse=False)"
         " -> Tensor");
+  // gelu(x + bias) over x's last dimension, bias (C,); exact (erf) GELU.
+  m.def("bias_gelu(Tensor x, Tensor bias) -> Tensor");
+  // Returns (grad_x, grad_bias); grad_bias is an empty tensor when not asked for.
+  m.def("bias_gelu_backward(Tensor grad_y, Tensor x, Tensor bias, bool bias_grad)"
+        " -> (Tensor, Tensor)");
+  // Returns (sum = x + residual, y = layer_norm(sum), mean, rstd).
+  m.def("add_layer_norm(Tensor x, Tensor residual, Tensor? weight=None, Tensor? bias=None,"
+        " float eps=1e-05) -> (Tensor, Tensor, Tensor, Tensor)");
+  // Returns (grad of x and of residual, grad_weight, grad_bias): the layer norm's backward
+  // through y plus grad_sum (None: sum has no other use); a gradient not asked for is empty.
+  m.def("add_layer_norm_backward(Tensor grad_y, Tensor? grad_sum, Tensor sum, Tensor? weight,"
+        " Tensor mean, Tensor rstd, bool weight_grad, bool bias_grad) -> (Tensor, Tensor, Tensor)");
 }

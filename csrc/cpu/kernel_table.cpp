@@ -14,7 +14,8 @@ template <typename T>
 constexpr KernelSet<T> kernel_set() {
   return {&attention_forward<T>, &attention_backward<T>, &layer_norm_forward<T>,
           &layer_norm_backward<T>, &cross_entropy_forward<T>, &cross_entropy_backward<T>,
-          &rotary<T>};
+          &rotary<T>, &bias_gelu_forward<T>, &bias_gelu_backward<T>,
+          &add_layer_norm_forward<T>, &add_layer_norm_backward<T>};
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 
 #include <cstdint>
 
+#include "cpu/add_layer_norm.h"
 #include "cpu/attention.h"
+#include "cpu/bias_gelu.h"
 #include "cpu/cross_entropy.h"
 #include "cpu/layer_norm.h"
 #include "cpu/rotary.h"
@@ -23,6 +25,10 @@ struct KernelSet {
   decltype(&cpu::cross_entropy_forward<T>) cross_entropy_forward;
   decltype(&cpu::cross_entropy_backward<T>) cross_entropy_backward;
   decltype(&cpu::rotary<T>) rotary;
+  decltype(&cpu::bias_gelu_forward<T>) bias_gelu_forward;
+  decltype(&cpu::bias_gelu_backward<T>) bias_gelu_backward;
+  decltype(&cpu::add_layer_norm_forward<T>) add_layer_norm_forward;
+  decltype(&cpu::add_layer_norm_backward<T>) add_layer_norm_backward;
 };
 
 struct KernelTable {

@@ -1,5 +1,8 @@
 // Layer norm over the last dimension on CUDA (declared in layer_norm.h), float32 and bfloat16
-// storage, float32 arithmetic. The math mirrors cpu/layer_norm.cpp.
+// storage, float32 arithmetic. The math mirrors cpu/layer_norm.cpp. The same kernels run the
+// residual add fused into the norm (add_layer_norm_*): with a residual, the forward reads x and
+// residual, writes their sum (rounded to the storage type) and normalises that sum; with
+// grad_sum, the backward adds it to dx. Without them they are the plain layer norm.
 //
 // Rows are handled by "units" of U threads (U a power of two, 32..1024): U = 32 is a warp per row
 // (8 rows per 256-thread block), larger U a group of warps or the whole block per row. The unit
@@ -79,6 +82,27 @@ int64_t backward_grid(int64_t N, int64_t C) {
   return blocks < cap ? blocks : cap;
 }
 
+// v (x's VEC elements at offset) += residual's: the sum, rounded to S as it is stored, replaces v
+// and is written to sum_out at the same offset.
+template <int VEC, typename S>
+__device__ __forceinline__ void add_residual(const S* residual, S* sum_out, int64_t offset,
+                                             float (&v)[VEC]) {
+  float r[VEC];
+  load_pack<VEC>(residual + offset, r);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) v[e] = detail::to_float(detail::from_float<S>(v[e] + r[e]));
+  store_pack<VEC>(sum_out + offset, v);
+}
+
+// out += the VEC elements at p.
+template <int VEC, typename S>
+__device__ __forceinline__ void add_pack(const S* p, float (&out)[VEC]) {
+  float g[VEC];
+  load_pack<VEC>(p, g);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) out[e] += g[e];
+}
+
 // ------------------------------------------------------------------------------------------
 // Forward
 
@@ -86,8 +110,9 @@ int64_t backward_grid(int64_t N, int64_t C) {
 // of VEC consecutive elements. VEC > 1 needs C % VEC == 0 and 16-byte aligned pointers.
 template <typename S, int VEC>
 __global__ void __launch_bounds__(kForwardMaxUnit)
-    forward_registers(const S* x, const S* weight, const S* bias, S* y, float* mean_out,
-                      float* rstd_out, int64_t N, int C, int unit, double eps) {
+    forward_registers(const S* x, const S* residual, const S* weight, const S* bias, S* sum_out,
+                      S* y, float* mean_out, float* rstd_out, int64_t N, int C, int unit,
+                      double eps) {
   constexpr int kChunks = kPerThread / VEC;
   __shared__ float red1[32];
   __shared__ float2 red2[32];
@@ -101,13 +126,15 @@ __global__ void __launch_bounds__(kForwardMaxUnit)
        base += static_cast<int64_t>(gridDim.x) * rows) {
     const int64_t row = base + u;
     const bool active = row < N;  // all units take part in the block's reductions
-    const S* xr = x + (active ? row : 0) * static_cast<int64_t>(C);
+    const int64_t offset = (active ? row : 0) * static_cast<int64_t>(C);
     float v[kChunks][VEC];
     float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
       if (active && k < owned) {
-        load_pack<VEC>(xr + (t + k * unit) * VEC, v[k]);
+        const int64_t at = offset + (t + k * unit) * VEC;
+        load_pack<VEC>(x + at, v[k]);
+        if (residual != nullptr) add_residual<VEC>(residual, sum_out, at, v[k]);
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) v[k][e] = 0.0f;
@@ -163,23 +190,27 @@ __global__ void __launch_bounds__(kForwardMaxUnit)
 // Fallback for long rows: a block per row, three sweeps over the row (sum, centred sums, output).
 template <typename S, int VEC>
 __global__ void __launch_bounds__(kFallbackThreads)
-    forward_rows(const S* x, const S* weight, const S* bias, S* y, float* mean_out,
-                 float* rstd_out, int64_t N, int C, double eps) {
+    forward_rows(const S* x, const S* residual, const S* weight, const S* bias, S* sum_out, S* y,
+                 float* mean_out, float* rstd_out, int64_t N, int C, double eps) {
   __shared__ float red1[32];
   __shared__ float2 red2[32];
   const int nchunks = C / VEC;
   const int group = blockDim.x;
   for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
-    const S* xr = x + row * static_cast<int64_t>(C);
+    const int64_t offset = row * static_cast<int64_t>(C);
+    const S* xr = x + offset;
     float sum = 0.0f;
     for (int c = threadIdx.x; c < nchunks; c += blockDim.x) {
       float v[VEC];
       load_pack<VEC>(xr + c * VEC, v);
+      if (residual != nullptr) add_residual<VEC>(residual, sum_out, offset + c * VEC, v);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) sum += v[e];
     }
     sum = group_allreduce(sum, SumOp{}, group, red1);
     const float rough_mean = sum / static_cast<float>(C);
+    // The sweeps below re-read the row: the sum, written above by this same thread, if any.
+    if (residual != nullptr) xr = sum_out + offset;
     float2 centred = make_float2(0.0f, 0.0f);
     for (int c = threadIdx.x; c < nchunks; c += blockDim.x) {
       float v[VEC];
@@ -227,9 +258,9 @@ __global__ void __launch_bounds__(kFallbackThreads)
 // them. Dynamic shared memory: 2 * C floats when the block holds more than one unit, else none.
 template <typename S, int VEC>
 __global__ void __launch_bounds__(kBackwardMaxUnit)
-    backward_registers(const S* grad_y, const S* x, const S* weight, const float* mean,
-                       const float* rstd, S* dx, float* part_w, float* part_b, int64_t N, int C,
-                       int unit) {
+    backward_registers(const S* grad_y, const S* grad_sum, const S* x, const S* weight,
+                       const float* mean, const float* rstd, S* dx, float* part_w, float* part_b,
+                       int64_t N, int C, int unit) {
   constexpr int kChunks = kPerThread / VEC;
   __shared__ float2 red2[32];
   float* const fold = detail::dynamic_shared<float>();  // [2][C] when rows > 1
@@ -291,6 +322,7 @@ __global__ void __launch_bounds__(kBackwardMaxUnit)
         acc_w[k][e] += dy[k][e] * xhat[k][e];
         acc_b[k][e] += dy[k][e];
       }
+      if (grad_sum != nullptr) add_pack<VEC>(grad_sum + offset + j, out);
       store_pack<VEC>(dx + offset + j, out);
     }
   }
@@ -336,8 +368,9 @@ __global__ void __launch_bounds__(kBackwardMaxUnit)
 // sums live in its own workspace row, which only the thread owning a column ever touches.
 template <typename S, int VEC>
 __global__ void __launch_bounds__(kFallbackThreads)
-    backward_rows(const S* grad_y, const S* x, const S* weight, const float* mean,
-                  const float* rstd, S* dx, float* part_w, float* part_b, int64_t N, int C) {
+    backward_rows(const S* grad_y, const S* grad_sum, const S* x, const S* weight,
+                  const float* mean, const float* rstd, S* dx, float* part_w, float* part_b,
+                  int64_t N, int C) {
   __shared__ float2 red2[32];
   const int nchunks = C / VEC;
   const int group = blockDim.x;
@@ -384,6 +417,7 @@ __global__ void __launch_bounds__(kFallbackThreads)
         if (pw != nullptr) pw[j + e] += dy[e] * xhat;
         if (pb != nullptr) pb[j + e] += dy[e];
       }
+      if (grad_sum != nullptr) add_pack<VEC>(grad_sum + offset + j, out);
       store_pack<VEC>(dx + offset + j, out);
     }
   }
@@ -420,32 +454,34 @@ __global__ void __launch_bounds__(kReduceCols* kReduceRows)
 // Launchers
 
 template <typename S>
-cudaError_t forward_typed(const S* x, const S* weight, const S* bias, S* y, float* mean,
-                          float* rstd, int64_t N, int C, double eps, cudaStream_t stream) {
+cudaError_t forward_typed(const S* x, const S* residual, const S* weight, const S* bias,
+                          S* sum, S* y, float* mean, float* rstd, int64_t N, int C, double eps,
+                          cudaStream_t stream) {
   constexpr int V = detail::kVec16<S>;
   const bool vec = C % V == 0 && is_aligned(x, 16) && is_aligned(y, 16) &&
-                   is_aligned(weight, 16) && is_aligned(bias, 16);  // null is aligned
+                   is_aligned(weight, 16) && is_aligned(bias, 16) &&  // null is aligned
+                   is_aligned(residual, 16) && is_aligned(sum, 16);
   const Plan p = make_plan(C, kForwardMaxUnit);
   if (p.registers) {
     int64_t grid = ceil_div(N, p.rows);
     grid = grid < kMaxGrid ? grid : kMaxGrid;
     return detail::launch(vec ? forward_registers<S, V> : forward_registers<S, 1>,
-                          static_cast<unsigned>(grid), p.block, 0, stream, x, weight, bias, y,
-                          mean, rstd, N, C, p.unit, eps);
+                          static_cast<unsigned>(grid), p.block, 0, stream, x, residual, weight,
+                          bias, sum, y, mean, rstd, N, C, p.unit, eps);
   }
   const int64_t grid = N < kMaxGrid ? N : kMaxGrid;
   return detail::launch(vec ? forward_rows<S, V> : forward_rows<S, 1>,
-                        static_cast<unsigned>(grid), p.block, 0, stream, x, weight, bias, y, mean,
-                        rstd, N, C, eps);
+                        static_cast<unsigned>(grid), p.block, 0, stream, x, residual, weight,
+                        bias, sum, y, mean, rstd, N, C, eps);
 }
 
 template <typename S>
-cudaError_t backward_typed(const S* grad_y, const S* x, const S* weight, const float* mean,
-                           const float* rstd, S* dx, S* dweight, S* dbias, int64_t N, int C,
-                           void* workspace, cudaStream_t stream) {
+cudaError_t backward_typed(const S* grad_y, const S* grad_sum, const S* x, const S* weight,
+                           const float* mean, const float* rstd, S* dx, S* dweight, S* dbias,
+                           int64_t N, int C, void* workspace, cudaStream_t stream) {
   constexpr int V = detail::kVec16<S>;
   const bool vec = C % V == 0 && is_aligned(grad_y, 16) && is_aligned(x, 16) &&
-                   is_aligned(weight, 16) && is_aligned(dx, 16);
+                   is_aligned(weight, 16) && is_aligned(dx, 16) && is_aligned(grad_sum, 16);
   const Plan p = make_plan(C, kBackwardMaxUnit);
   const int64_t G = backward_grid(N, C);
   const bool partials = dweight != nullptr || dbias != nullptr;
@@ -462,11 +498,11 @@ cudaError_t backward_typed(const S* grad_y, const S* x, const S* weight, const f
   if (p.registers) {
     const size_t smem = partials && p.rows > 1 ? 2 * static_cast<size_t>(C) * sizeof(float) : 0;
     err = detail::launch(vec ? backward_registers<S, V> : backward_registers<S, 1>, grid, p.block,
-                         smem, stream, grad_y, x, weight, mean, rstd, dx, part_w, part_b, N, C,
-                         p.unit);
+                         smem, stream, grad_y, grad_sum, x, weight, mean, rstd, dx, part_w,
+                         part_b, N, C, p.unit);
   } else {
     err = detail::launch(vec ? backward_rows<S, V> : backward_rows<S, 1>, grid, p.block, 0, stream,
-                         grad_y, x, weight, mean, rstd, dx, part_w, part_b, N, C);
+                         grad_y, grad_sum, x, weight, mean, rstd, dx, part_w, part_b, N, C);
   }
   if (err != cudaSuccess || !partials) return err;
   const dim3 block(kReduceCols, kReduceRows);
@@ -475,36 +511,34 @@ cudaError_t backward_typed(const S* grad_y, const S* x, const S* weight, const f
                         dbias, G, C);
 }
 
-}  // namespace
-
-cudaError_t layer_norm_forward(DType dtype, const void* x, const void* weight, const void* bias,
-                               void* y, float* mean, float* rstd, int64_t N, int64_t C,
-                               double eps, cudaStream_t stream) {
+// The forward for either storage type; residual and sum null for the plain layer norm.
+cudaError_t forward_any(DType dtype, const void* x, const void* residual, const void* weight,
+                        const void* bias, void* sum, void* y, float* mean, float* rstd, int64_t N,
+                        int64_t C, double eps, cudaStream_t stream) {
   if (N < 0 || C < 0 || C > INT_MAX / 2) return cudaErrorInvalidValue;
   if (N == 0 || C == 0) return cudaSuccess;
   const int c = static_cast<int>(C);
   switch (dtype) {
     case DType::kFloat32:
-      return forward_typed(static_cast<const float*>(x), static_cast<const float*>(weight),
-                           static_cast<const float*>(bias), static_cast<float*>(y), mean, rstd,
-                           N, c, eps, stream);
+      return forward_typed(static_cast<const float*>(x), static_cast<const float*>(residual),
+                           static_cast<const float*>(weight), static_cast<const float*>(bias),
+                           static_cast<float*>(sum), static_cast<float*>(y), mean, rstd, N, c,
+                           eps, stream);
     case DType::kBFloat16:
-      return forward_typed(static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(weight),
-                           static_cast<const uint16_t*>(bias), static_cast<uint16_t*>(y), mean,
-                           rstd, N, c, eps, stream);
+      return forward_typed(static_cast<const uint16_t*>(x),
+                           static_cast<const uint16_t*>(residual),
+                           static_cast<const uint16_t*>(weight),
+                           static_cast<const uint16_t*>(bias), static_cast<uint16_t*>(sum),
+                           static_cast<uint16_t*>(y), mean, rstd, N, c, eps, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-size_t layer_norm_backward_workspace_bytes(int64_t N, int64_t C) {
-  if (N <= 0 || C <= 0) return 0;
-  return 2 * static_cast<size_t>(backward_grid(N, C)) * static_cast<size_t>(C) * sizeof(float);
-}
-
-cudaError_t layer_norm_backward(DType dtype, const void* grad_y, const void* x,
-                                const void* weight, const float* mean, const float* rstd,
-                                void* dx, void* dweight, void* dbias, int64_t N, int64_t C,
-                                void* workspace, cudaStream_t stream) {
+// The backward for either storage type; grad_sum null for the plain layer norm.
+cudaError_t backward_any(DType dtype, const void* grad_y, const void* grad_sum, const void* x,
+                         const void* weight, const float* mean, const float* rstd, void* dx,
+                         void* dweight, void* dbias, int64_t N, int64_t C, void* workspace,
+                         cudaStream_t stream) {
   if (N < 0 || C < 0 || C > INT_MAX / 2) return cudaErrorInvalidValue;
   if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) return cudaErrorInvalidValue;
   if (C == 0) return cudaSuccess;
@@ -517,15 +551,53 @@ cudaError_t layer_norm_backward(DType dtype, const void* grad_y, const void* x,
   }
   const int c = static_cast<int>(C);
   if (dtype == DType::kFloat32) {
-    return backward_typed(static_cast<const float*>(grad_y), static_cast<const float*>(x),
-                          static_cast<const float*>(weight), mean, rstd, static_cast<float*>(dx),
-                          static_cast<float*>(dweight), static_cast<float*>(dbias), N, c,
-                          workspace, stream);
+    return backward_typed(static_cast<const float*>(grad_y), static_cast<const float*>(grad_sum),
+                          static_cast<const float*>(x), static_cast<const float*>(weight), mean,
+                          rstd, static_cast<float*>(dx), static_cast<float*>(dweight),
+                          static_cast<float*>(dbias), N, c, workspace, stream);
   }
-  return backward_typed(static_cast<const uint16_t*>(grad_y), static_cast<const uint16_t*>(x),
+  return backward_typed(static_cast<const uint16_t*>(grad_y),
+                        static_cast<const uint16_t*>(grad_sum), static_cast<const uint16_t*>(x),
                         static_cast<const uint16_t*>(weight), mean, rstd,
                         static_cast<uint16_t*>(dx), static_cast<uint16_t*>(dweight),
                         static_cast<uint16_t*>(dbias), N, c, workspace, stream);
+}
+
+}  // namespace
+
+cudaError_t layer_norm_forward(DType dtype, const void* x, const void* weight, const void* bias,
+                               void* y, float* mean, float* rstd, int64_t N, int64_t C,
+                               double eps, cudaStream_t stream) {
+  return forward_any(dtype, x, nullptr, weight, bias, nullptr, y, mean, rstd, N, C, eps, stream);
+}
+
+size_t layer_norm_backward_workspace_bytes(int64_t N, int64_t C) {
+  if (N <= 0 || C <= 0) return 0;
+  return 2 * static_cast<size_t>(backward_grid(N, C)) * static_cast<size_t>(C) * sizeof(float);
+}
+
+cudaError_t layer_norm_backward(DType dtype, const void* grad_y, const void* x,
+                                const void* weight, const float* mean, const float* rstd,
+                                void* dx, void* dweight, void* dbias, int64_t N, int64_t C,
+                                void* workspace, cudaStream_t stream) {
+  return backward_any(dtype, grad_y, nullptr, x, weight, mean, rstd, dx, dweight, dbias, N, C,
+                      workspace, stream);
+}
+
+cudaError_t add_layer_norm_forward(DType dtype, const void* x, const void* residual,
+                                   const void* weight, const void* bias, void* sum, void* y,
+                                   float* mean, float* rstd, int64_t N, int64_t C, double eps,
+                                   cudaStream_t stream) {
+  if (residual == nullptr || sum == nullptr) return cudaErrorInvalidValue;
+  return forward_any(dtype, x, residual, weight, bias, sum, y, mean, rstd, N, C, eps, stream);
+}
+
+cudaError_t add_layer_norm_backward(DType dtype, const void* grad_y, const void* grad_sum,
+                                    const void* sum, const void* weight, const float* mean,
+                                    const float* rstd, void* dx, void* dweight, void* dbias,
+                                    int64_t N, int64_t C, void* workspace, cudaStream_t stream) {
+  return backward_any(dtype, grad_y, grad_sum, sum, weight, mean, rstd, dx, dweight, dbias, N, C,
+                      workspace, stream);
 }
 
 }  // namespace pygpt::cuda

@@ -76,12 +76,13 @@ class DecoderBlock(Block):
         memory when empty and otherwise used as it is. position_bias: the decoder's relative or
         ALiBi score bias, for self-attention only."""
         self_cache, cross_cache = cache if cache is not None else (None, None)
-        x = self._sublayer(x, self.attn_norm,
-                           lambda h: self.attn(h, cache=self_cache, lengths=lengths,
-                                               position_bias=position_bias))
-        x = self._sublayer(x, self.cross_norm,
-                           lambda h: self.cross(h, context=memory, cache=cross_cache,
-                                                lengths=lengths, context_lengths=memory_lengths))
+        sublayers = [
+            (self.attn_norm, lambda h: self.attn(h, cache=self_cache, lengths=lengths,
+                                                 position_bias=position_bias)),
+            (self.cross_norm, lambda h: self.cross(h, context=memory, cache=cross_cache,
+                                                   lengths=lengths,
+                                                   context_lengths=memory_lengths)),
+        ]
         if self.mlp is not None:
-            x = self._sublayer(x, self.mlp_norm, self.mlp)
-        return x
+            sublayers.append((self.mlp_norm, self.mlp))
+        return self._sublayers(x, sublayers)

@@ -1,15 +1,19 @@
 """The position-wise feed-forward network of a transformer block: widen, a nonlinearity (GELU,
-as GPT-2 and BERT, or ReLU, as the original Transformer), project back."""
+as GPT-2 and BERT, or ReLU, as the original Transformer), project back. With GELU and biases,
+the widening's bias and the GELU run as one fused kernel (the kernel set's bias_gelu) after a
+bias-free matmul; the parameters are the same either way."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pygpt.kernels import KernelModule
+
 ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
 
 
-class MLP(nn.Module):
+class MLP(KernelModule):
     def __init__(self, dim: int, hidden: int, *, bias: bool = True, dropout: float = 0.0,
                  activation: str = "gelu"):
         super().__init__()
@@ -18,8 +22,13 @@ class MLP(nn.Module):
                              f"{', '.join(ACTIVATIONS)}")
         self.fc = nn.Linear(dim, hidden, bias=bias)
         self.act = ACTIVATIONS[activation]
+        self.fused_bias_gelu = activation == "gelu" and bias
         self.proj = nn.Linear(hidden, dim, bias=bias)  # writes into the residual stream
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.proj(self.act(self.fc(x))))
+        if self.fused_bias_gelu:
+            h = self.kern.bias_gelu(F.linear(x, self.fc.weight), self.fc.bias)
+        else:
+            h = self.act(self.fc(x))
+        return self.dropout(self.proj(h))

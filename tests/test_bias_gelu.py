@@ -1,0 +1,171 @@
+"""pygpt.ops.bias_gelu / torch.ops.pygpt.bias_gelu against F.gelu(x + bias) in float64: values
+and gradients over many shapes, gradcheck, opcheck, special values, layouts, threads, and the
+MLP that uses it (bad inputs: tests/test_op_contract.py)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pygpt.ops
+from helpers import DTYPES, TOL, close, f64, rand, spread_
+from pygpt.kernels import torch_bias_gelu
+from pygpt.nn import MLP
+
+SHAPES = [(1,), (7,), (3, 1), (1, 5), (4, 7), (2, 3, 33), (2, 3, 4, 129), (12, 64, 512),
+          (3, 1000), (2, 4099)]
+
+
+def reference(x, b):
+    """F.gelu(x + b) in float64 (exact erf GELU), differentiable."""
+    return F.gelu(x + b)
+
+
+def check_fwd_bwd(x, b, tol, what=""):
+    y = pygpt.ops.bias_gelu(x, b)
+    assert y.shape == x.shape and y.dtype == x.dtype and y.is_contiguous()
+    rx, rb = f64(x, b)
+    ry = reference(rx, rb)
+    close(y, ry, tol, f"{what} y")
+    g = torch.randn_like(y)
+    y.backward(g)
+    ry.backward(g.double())
+    close(x.grad, rx.grad, tol, f"{what} dx")
+    if b.requires_grad:
+        close(b.grad, rb.grad, tol, f"{what} dbias", rel_to_max=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_forward_backward_vs_reference(shape, dtype):
+    # scale 3: the tails (|h| up to ~15), where 1 + erf(h / sqrt 2) cancels, are covered too.
+    x = rand(*shape, dtype=dtype, requires_grad=True, scale=3.0)
+    b = rand(shape[-1], dtype=dtype, requires_grad=True)
+    check_fwd_bwd(x, b, TOL[dtype], str(shape))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_vs_aten_gelu(dtype):
+    """Against ATen's own float32 / float64 GELU of the same sum (not only the float64 one)."""
+    x, b = rand(64, 300, dtype=dtype, scale=4.0), rand(300, dtype=dtype)
+    close(pygpt.ops.bias_gelu(x, b), F.gelu(x + b), TOL[dtype], "vs F.gelu")
+
+
+def test_gradcheck_float64():
+    x = rand(4, 9, dtype=torch.float64, requires_grad=True, scale=2.0)
+    b = rand(9, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(pygpt.ops.bias_gelu, (x, b))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 8), (1, 1)], ids=str)
+def test_opcheck(shape, dtype):
+    x = rand(*shape, dtype=dtype, requires_grad=True)
+    b = rand(shape[-1], dtype=dtype, requires_grad=True)
+    torch.library.opcheck(torch.ops.pygpt.bias_gelu.default, (x, b))
+    g = rand(*shape, dtype=dtype)
+    for bias_grad in (True, False):
+        torch.library.opcheck(torch.ops.pygpt.bias_gelu_backward.default,
+                              (g, x.detach(), b.detach(), bias_grad))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_special_values(dtype):
+    """NaN propagates; gelu(+inf) = +inf and gelu(-inf) = -inf * Phi(-inf) = NaN (ATen's float32
+    GELU gives NaN for both); huge, zero and tiny values as the float64 GELU."""
+    x = torch.tensor([[math.nan, math.inf, -math.inf]], dtype=dtype)
+    y = pygpt.ops.bias_gelu(x, torch.zeros(3, dtype=dtype))
+    assert y[0, 0].isnan() and y[0, 1] == math.inf and y[0, 2].isnan()
+    x = torch.tensor([[50.0, -50.0, 0.0, -0.0, 1e-30, -1e-30, 4.0, -4.0, 5.7, -5.7, 9.0, -9.0]],
+                     dtype=dtype)
+    b = torch.zeros(x.shape[-1], dtype=dtype)
+    close(pygpt.ops.bias_gelu(x, b), F.gelu(x.double()), TOL[dtype], "special values")
+
+
+def test_bias_without_grad_and_raw_backward_flags():
+    x = rand(5, 6, requires_grad=True)
+    b = rand(6)  # no grad wanted
+    check_fwd_bwd(x, b, TOL[torch.float32], "bias without grad")
+    g = rand(5, 6)
+    dx, dbias = torch.ops.pygpt.bias_gelu_backward(g, x.detach(), b, False)
+    assert dbias.shape == (0,)
+    dx2, dbias2 = torch.ops.pygpt.bias_gelu_backward(g, x.detach(), b, True)
+    assert torch.equal(dx, dx2) and dbias2.shape == (6,)
+    close(dbias2, dx2.sum(0), TOL[torch.float32], "dbias = column sums of dx", rel_to_max=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["transposed", "sliced", "strided_bias", "expanded"])
+def test_non_contiguous(layout, dtype):
+    N, C = 13, 21
+    b = rand(C, dtype=dtype)
+    if layout == "transposed":
+        x = torch.randn(C, N, dtype=dtype).t()
+    elif layout == "sliced":
+        x = torch.randn(N, 2 * C + 1, dtype=dtype)[:, 1::2]
+    elif layout == "strided_bias":
+        x = torch.randn(N, C, dtype=dtype)
+        b = torch.randn(3 * C, dtype=dtype)[1::3]
+    else:  # the same row repeated with stride 0
+        x = torch.randn(1, C, dtype=dtype).expand(N, C)
+    assert not x.is_contiguous() or not b.is_contiguous()
+    check_fwd_bwd(x.requires_grad_(), b.requires_grad_(), TOL[dtype], layout)
+
+
+def test_empty_rows():
+    x, b = rand(0, 5, requires_grad=True), rand(5, requires_grad=True)
+    y = pygpt.ops.bias_gelu(x, b)
+    assert y.shape == (0, 5)
+    y.sum().backward()
+    assert torch.equal(b.grad, torch.zeros(5)) and x.grad.shape == (0, 5)
+
+
+def test_two_threads_match_one_thread(two_threads):
+    results = []
+    for on in (False, True):
+        two_threads(on)
+        torch.manual_seed(1)
+        x, b = rand(1000, 257, requires_grad=True), rand(257, requires_grad=True)
+        y = pygpt.ops.bias_gelu(x, b)
+        y.backward(torch.randn_like(y))
+        results.append((y, x.grad, b.grad))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+    close(results[0][2], results[1][2], TOL[torch.float32], "dbias", rel_to_max=True)
+
+
+def test_reproducible_run_to_run():
+    x, b = rand(300, 64, requires_grad=True), rand(64, requires_grad=True)
+    g = torch.randn(300, 64)
+    grads = []
+    for _ in range(2):
+        x.grad = b.grad = None
+        pygpt.ops.bias_gelu(x, b).backward(g)
+        grads.append((x.grad.clone(), b.grad.clone()))
+    assert all(torch.equal(a, c) for a, c in zip(*grads))
+
+
+def test_torch_kernel_set_reference():
+    x, b = rand(4, 6, dtype=torch.float64), rand(6, dtype=torch.float64)
+    close(torch_bias_gelu(x, b), x + b - (x + b) * torch.special.ndtr(-(x + b)),
+          TOL[torch.float64], "gelu(h) = h - h * Phi(-h)")
+
+
+@pytest.mark.parametrize("kernels", ["ext", "torch"])
+def test_mlp_fuses_bias_and_gelu(kernels):
+    """The MLP with GELU and biases: fused through the kernel set, the same parameters and
+    state dict names, and the values of the unfused composition; ReLU or no bias: unfused."""
+    torch.manual_seed(0)
+    mlp = spread_(MLP(8, 24))
+    mlp.kernels = kernels
+    assert mlp.fused_bias_gelu and list(mlp.state_dict()) == ["fc.weight", "fc.bias",
+                                                               "proj.weight", "proj.bias"]
+    x = rand(3, 4, 8, dtype=torch.float64, scale=2.0)
+    mlp64 = MLP(8, 24).double()
+    mlp64.load_state_dict(mlp.state_dict())
+    x32 = x.float().requires_grad_()
+    out = mlp(x32)
+    expected = mlp64.proj(F.gelu(mlp64.fc(x)))
+    close(out, expected, TOL[torch.float32], "mlp", rel_to_max=True)
+    assert not MLP(8, 24, activation="relu").fused_bias_gelu
+    assert not MLP(8, 24, bias=False).fused_bias_gelu
