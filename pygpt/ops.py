@@ -9,13 +9,14 @@ Importing this module loads the compiled extension `pygpt._C`, which registers
   compiles and is tested on its own (tests/native; the CUDA ones also on a host emulator of CUDA);
   csrc/common/: what both share (the attention shape);
 - csrc/bindings/*_cpu.cpp, *_cuda.cpp: the torch bindings, which check every argument at the op
-  boundary and register the kernel for the CPU or CUDA dispatch key (CUDA only in a CUDA build).
+  boundary and register the kernel for the CPU or CUDA dispatch key (CUDA only in a CUDA build);
+- csrc/bindings/autograd.cpp: each op's autograd (a C++ torch::autograd::Function that calls the
+  op's own backward kernel), so that no Python runs per op call in training.
 
-Here each op gets its autograd formula (calling the op's own backward kernel) and a fake
-implementation, so the ops work under autograd, `torch.library.opcheck`, `torch.compile` and
-export. The raw ops return what their backward needs besides the result (the log-sum-exp rows,
-the layer norm statistics); the functions below return only the result. pygpt.kernels pairs
-them with their plain-PyTorch references.
+Here each op gets a fake implementation, so the ops work under `torch.library.opcheck`,
+`torch.compile` and export. The raw ops return what their backward needs besides the result
+(the log-sum-exp rows, the layer norm statistics); the functions below return only the result.
+pygpt.kernels pairs them with their plain-PyTorch references.
 """
 from __future__ import annotations
 
@@ -117,27 +118,6 @@ def _attention_backward_fake(grad_out, q, k, v, out, lse, causal, scale, q_lengt
             *(q.new_empty(b.shape if b is not None else (0,)) for b in (rel_bias, alibi_slopes)))
 
 
-def _attention_setup(ctx, inputs, output):
-    q, k, v, causal, scale, q_lengths, kv_lengths, rel_bias, alibi_slopes = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, q_lengths, kv_lengths, rel_bias, alibi_slopes)
-    ctx.causal, ctx.scale = causal, scale
-    ctx.mark_non_differentiable(lse)
-
-
-def _attention_backward(ctx, grad_out, _grad_lse):
-    q, k, v, out, lse, q_lengths, kv_lengths, rel_bias, alibi_slopes = ctx.saved_tensors
-    dq, dk, dv, d_rel, d_slopes = torch.ops.pygpt.attention_backward(
-        grad_out, q, k, v, out, lse, ctx.causal, ctx.scale, q_lengths, kv_lengths, rel_bias,
-        alibi_slopes)
-    return (dq, dk, dv, None, None, None, None, d_rel if rel_bias is not None else None,
-            d_slopes if alibi_slopes is not None else None)
-
-
-torch.library.register_autograd("pygpt::attention", _attention_backward,
-                                setup_context=_attention_setup)
-
-
 # --- layer norm ------------------------------------------------------------------------------
 
 @torch.library.register_fake("pygpt::layer_norm")
@@ -154,27 +134,6 @@ def _layer_norm_backward_fake(grad_y, x, weight, mean, rstd, weight_grad, bias_g
     C = x.shape[-1]
     return (x.new_empty(x.shape), x.new_empty((C if weight_grad else 0,)),
             x.new_empty((C if bias_grad else 0,)))
-
-
-def _layer_norm_setup(ctx, inputs, output):
-    x, weight, bias, _eps = inputs
-    _, mean, rstd = output
-    ctx.save_for_backward(x, weight, mean, rstd)
-    ctx.has_bias = bias is not None
-    ctx.mark_non_differentiable(mean, rstd)
-
-
-def _layer_norm_backward(ctx, grad_y, _grad_mean, _grad_rstd):
-    x, weight, mean, rstd = ctx.saved_tensors
-    want_weight = weight is not None and ctx.needs_input_grad[1]
-    want_bias = ctx.has_bias and ctx.needs_input_grad[2]
-    dx, dweight, dbias = torch.ops.pygpt.layer_norm_backward(grad_y, x, weight, mean, rstd,
-                                                             want_weight, want_bias)
-    return dx, dweight if want_weight else None, dbias if want_bias else None, None
-
-
-torch.library.register_autograd("pygpt::layer_norm", _layer_norm_backward,
-                                setup_context=_layer_norm_setup)
 
 
 # --- cross-entropy ---------------------------------------------------------------------------
@@ -202,47 +161,9 @@ def _cross_entropy_backward_fake(grad_loss, logits, targets, lse, ignore_index,
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
-def _cross_entropy_setup(ctx, inputs, output):
-    logits, targets, ignore_index, label_smoothing = inputs
-    _, lse = output
-    ctx.save_for_backward(logits, targets, lse)
-    ctx.ignore_index, ctx.label_smoothing = ignore_index, label_smoothing
-    ctx.mark_non_differentiable(lse)
-
-
-def _cross_entropy_backward(ctx, grad_loss, _grad_lse):
-    logits, targets, lse = ctx.saved_tensors
-    grad_logits = torch.ops.pygpt.cross_entropy_backward(grad_loss, logits, targets, lse,
-                                                         ctx.ignore_index, ctx.label_smoothing)
-    return grad_logits, None, None, None
-
-
-torch.library.register_autograd("pygpt::cross_entropy", _cross_entropy_backward,
-                                setup_context=_cross_entropy_setup)
-
-
 # --- rotary ----------------------------------------------------------------------------------
 
 @torch.library.register_fake("pygpt::rotary")
 def _rotary_fake(x, cos, sin, positions, inverse=False):
     _check_same_device("pygpt.rotary", x=x, cos=cos, sin=sin, positions=positions)
     return x.new_empty(x.shape)
-
-
-def _rotary_setup(ctx, inputs, output):
-    _x, cos, sin, positions, inverse = inputs
-    ctx.save_for_backward(cos, sin, positions)
-    ctx.inverse = inverse
-
-
-def _rotary_backward(ctx, grad_y):
-    if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-        raise RuntimeError("pygpt.rotary: cos and sin are fixed tables and get no gradient; "
-                           "pass them detached")
-    cos, sin, positions = ctx.saved_tensors
-    # A rotation's gradient is the inverse rotation (which is differentiable in turn).
-    grad_x = torch.ops.pygpt.rotary(grad_y, cos, sin, positions, not ctx.inverse)
-    return grad_x, None, None, None, None
-
-
-torch.library.register_autograd("pygpt::rotary", _rotary_backward, setup_context=_rotary_setup)

@@ -108,6 +108,6 @@ def test_one_nan_weight_gives_a_nan_loss():
     model = make_model(TINY, "ext", spread=0.0)
     attn = next(m for m in model.modules() if isinstance(m, pygpt.nn.MultiHeadAttention))
     with torch.no_grad():
-        attn.q.weight[0, 0] = float("nan")
+        attn.qkv.weight[0, 0] = float("nan")  # a weight of W_Q
     x, y = rand_tokens(2, TINY.block_size), rand_tokens(2, TINY.block_size, seed=2)
     assert torch.isnan(model(x, y).loss)

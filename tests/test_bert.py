@@ -150,7 +150,7 @@ def test_structure_and_initialisation():
     assert post.embed.norm is not None and post.embed.seg.weight.shape == (2, 64)
     assert all(b.norm == "post" for b in post.blocks)
     assert all(not b.attn.causal for b in post.blocks)
-    for name in ("embed.tok.weight", "blocks.0.attn.q.weight", "blocks.3.mlp.proj.weight",
+    for name in ("embed.tok.weight", "blocks.0.attn.qkv.weight", "blocks.3.mlp.proj.weight",
                  "pooler.weight", "embed.pos.weight"):
         std = dict(post.named_parameters())[name].std().item()
         assert std == pytest.approx(0.02, rel=0.15), name

@@ -189,9 +189,7 @@ def test_seed_preset_parameters():
         "embed.tok.weight": (65, 60),
         "embed.norm.weight": (60,),
         "embed.norm.bias": (60,),
-        "blocks.0.attn.q.weight": (60, 60),
-        "blocks.0.attn.k.weight": (60, 60),
-        "blocks.0.attn.v.weight": (60, 60),
+        "blocks.0.attn.qkv.weight": (180, 60),  # W_Q, W_K, W_V stacked: one matmul
         "lm_head.weight": (65, 60),
         "lm_head.bias": (65,),
     }
@@ -217,7 +215,8 @@ def test_default_model_init():
     assert model.embed.tok.weight.std().item() == pytest.approx(0.02, rel=0.1)
     assert model.blocks[0].mlp.proj.weight.std().item() == pytest.approx(0.02 / 8 ** 0.5, rel=0.1)
     assert model.blocks[0].attn.proj.weight.std().item() == pytest.approx(0.02 / 8 ** 0.5, rel=0.1)
-    assert model.blocks[0].attn.q.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    for weight in model.blocks[0].attn.qkv.weight.split(128):  # W_Q, W_K, W_V each
+        assert weight.std().item() == pytest.approx(0.02, rel=0.1)
 
 
 def test_preset_copies_are_independent():

@@ -30,14 +30,28 @@ def ref_attention(m, x, context=None, causal=False):
     B, T, _ = x.shape
     S = source.shape[1]
     H, D = m.n_head, m.head_dim
-    q = F.linear(x, m.q.weight, m.q.bias).view(B, T, H, D).transpose(1, 2)
-    k = F.linear(source, m.k.weight, m.k.bias).view(B, S, H, D).transpose(1, 2)
-    v = F.linear(source, m.v.weight, m.v.bias).view(B, S, H, D).transpose(1, 2)
+    (wq, bq), (wk, bk), (wv, bv) = separate_projections(m)
+    q = F.linear(x, wq, bq).view(B, T, H, D).transpose(1, 2)
+    k = F.linear(source, wk, bk).view(B, S, H, D).transpose(1, 2)
+    v = F.linear(source, wv, bv).view(B, S, H, D).transpose(1, 2)
     scores = q @ k.transpose(-2, -1) / math.sqrt(D)
     if causal:
         scores = scores.masked_fill(~causal_mask(T, S), float("-inf"))
     y = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, H * D)
     return F.linear(y, m.proj.weight, m.proj.bias) if m.proj is not None else y
+
+
+def separate_projections(m):
+    """(weight, bias) of W_Q, W_K and W_V, each its own tensor (slices of the fused ones)."""
+    fused = [m.q, m.kv] if m.cross else [m.qkv]  # nn.Linear, FusedLinear or FusedLinear
+
+    def split(t, f):
+        return t.split(getattr(f, "widths", (f.out_features,)))
+
+    weights = [w for f in fused for w in split(f.weight, f)]
+    biases = ([b for f in fused for b in split(f.bias, f)] if fused[0].bias is not None
+              else [None] * 3)
+    return list(zip(weights, biases))
 
 
 def ref_layer_norm(norm, x):
@@ -128,8 +142,9 @@ def test_cache_appends_in_chunks_equal_one_call(chunks, kernels):
         start += n
         assert cache.length == start
     close(torch.cat(outs, dim=1), full, TOL, f"chunks {chunks}", rel_to_max=True)
-    close(cache.k, m.k(x).view(2, -1, 2, 8).transpose(1, 2), TOL, "cached keys")
-    close(cache.v, m.v(x).view(2, -1, 2, 8).transpose(1, 2), TOL, "cached values")
+    keys, values = m.qkv.parts(x, 1)
+    close(cache.k, keys.view(2, -1, 2, 8).transpose(1, 2), TOL, "cached keys")
+    close(cache.v, values.view(2, -1, 2, 8).transpose(1, 2), TOL, "cached values")
 
 
 @pytest.mark.parametrize("kernels", KERNEL_NAMES)

@@ -129,8 +129,8 @@ def test_weights_are_shared_and_shaped_by_the_config():
     assert model.out.weight is model.src_embed.tok.weight
     assert len(model.encoder) == 1 and len(model.decoder) == 2
     cross = model.decoder[0].cross
-    assert cross.q.weight.shape == (16, 32) and cross.k.weight.shape == (16, 32)
-    assert cross.v.weight.shape == (48, 32) and cross.proj.weight.shape == (32, 48)
+    assert cross.q.weight.shape == (16, 32) and cross.proj.weight.shape == (32, 48)
+    assert cross.kv.weight.shape == (16 + 48, 32) and cross.kv.widths == (16, 48)  # W_K, W_V
     untied = build(CONFIGS["post-norm, untied, 3 decoder layers"])
     assert untied.out.weight is not untied.src_embed.tok.weight and untied.out.bias is not None
     assert len(untied.decoder) == 3 and untied.encoder_norm is None

@@ -20,7 +20,9 @@ CFG = ModelConfig(arch="seq2seq", vocab_size=V, block_size=12, n_layer=2, n_head
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
+    # A seed whose model stops some greedy translations at [EOS] before the length limit and
+    # some not (the noise is drawn parameter by parameter, so it depends on their layout).
+    torch.manual_seed(37)
     m = build(CFG).eval()
     for p in m.parameters():
         p.data.add_(torch.randn_like(p) * 0.3)  # far from uniform next-token distributions

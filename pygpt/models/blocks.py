@@ -17,7 +17,7 @@ def _attention(cfg: ModelConfig, *, causal: bool, cross: bool = False) -> MultiH
               if cfg.pos_encoding == "rotary" and not cross else None)
     return MultiHeadAttention(cfg.n_embd, cfg.n_head, cfg.qk_head_dim, causal=causal,
                               bias=cfg.bias, out_proj=cfg.attn_proj, dropout=cfg.dropout,
-                              v_head_dim=cfg.v_head_dim, rotary=rotary)
+                              v_head_dim=cfg.v_head_dim, rotary=rotary, cross=cross)
 
 
 def _mlp(cfg: ModelConfig) -> Optional[MLP]:

@@ -31,6 +31,7 @@ from pygpt.mlm_data import IGNORE_INDEX  # the target label the loss skips (padd
 from pygpt.models.blocks import decoder_block, transformer_block
 from pygpt.nn import Embeddings, LayerNorm, position_bias
 from pygpt.nn.decoder_block import DecoderCache
+from pygpt.nn.fused_linear import weight_blocks
 
 
 class Seq2SeqOutput(NamedTuple):
@@ -78,7 +79,8 @@ class Seq2Seq(KernelModule):
     def _init_weights(self) -> None:
         for module in self.modules():
             if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
+                for weight in weight_blocks(module):  # each fused map on its own fans
+                    nn.init.xavier_uniform_(weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
         nn.init.normal_(self.src_embed.tok.weight, 0.0, self.config.n_embd ** -0.5)

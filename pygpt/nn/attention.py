@@ -1,7 +1,12 @@
 """Multi-head attention: self-attention (keys and values from the same sequence) or
-cross-attention (from a `context`, such as an encoder's output), causal or not, with separate
-W_Q, W_K, W_V and an optional output projection W_O, and, with rotary positions, self-attention's
-queries and keys rotated by position. The attention itself is the kernel set's."""
+cross-attention (from a `context`, such as an encoder's output), causal or not, with an optional
+output projection W_O, and, with rotary positions, self-attention's queries and keys rotated by
+position. The attention itself is the kernel set's.
+
+The input projections are fused (pygpt.nn.fused_linear): self-attention computes Q, K and V with
+one matmul (`qkv`, W_Q, W_K and W_V stacked by rows), cross-attention K and V with one (`kv`) and
+Q from the decoder's side on its own (`q`). Weights saved with separate `q`, `k`, `v` load
+into the fused ones (a load_state_dict pre-hook stacks them)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -10,6 +15,7 @@ import torch
 from torch import nn
 
 from pygpt.kernels import KernelModule
+from pygpt.nn.fused_linear import FusedLinear
 from pygpt.nn.kv_cache import LayerKV
 from pygpt.nn.position_bias import ScoreBias
 from pygpt.nn.rotary import Rotary
@@ -19,30 +25,52 @@ class MultiHeadAttention(KernelModule):
     def __init__(self, dim: int, n_head: int, head_dim: int, *, causal: bool = True,
                  bias: bool = True, out_proj: bool = True, dropout: float = 0.0,
                  context_dim: Optional[int] = None, v_head_dim: Optional[int] = None,
-                 rotary: Optional[Rotary] = None):
-        """dim: the width of the input (and of the output); context_dim: the width of the
-        context keys and values come from in cross-attention (default dim); head_dim: the width
-        of one head's queries and keys, v_head_dim that of its values (default head_dim).
-        Without out_proj the heads' concatenated values are the output, so n_head * v_head_dim
-        must equal dim. rotary: rotates self-attention's queries and keys by their positions
-        (never cross-attention's)."""
+                 rotary: Optional[Rotary] = None, cross: bool = False):
+        """dim: the width of the input (and of the output); cross: cross-attention's layout of
+        the weights (Q apart, K and V fused), implied by context_dim, the width of the context
+        keys and values come from (default dim); head_dim: the width of one head's queries and
+        keys, v_head_dim that of its values (default head_dim). Without out_proj the heads'
+        concatenated values are the output, so n_head * v_head_dim must equal dim. rotary:
+        rotates self-attention's queries and keys by their positions (never cross-attention's).
+        Either layout computes either kind of attention; the layout only decides which is one
+        matmul."""
         super().__init__()
         inner, inner_v = n_head * head_dim, n_head * (v_head_dim or head_dim)
         if not out_proj and inner_v != dim:
             raise ValueError(f"without an output projection the heads ({n_head} x "
                              f"{v_head_dim or head_dim}) must be as wide as the input ({dim})")
         self.n_head, self.head_dim, self.causal = n_head, head_dim, causal
-        self.q = nn.Linear(dim, inner, bias=bias)
-        self.k = nn.Linear(context_dim or dim, inner, bias=bias)
-        self.v = nn.Linear(context_dim or dim, inner_v, bias=bias)
+        self.cross = cross or context_dim is not None
+        if self.cross:
+            self.q = nn.Linear(dim, inner, bias=bias)
+            self.kv = FusedLinear(context_dim or dim, (inner, inner_v), bias=bias)
+        else:
+            self.qkv = FusedLinear(dim, (inner, inner, inner_v), bias=bias)
         self.proj = nn.Linear(inner_v, dim, bias=bias) if out_proj else None  # into the residual
         self.dropout = nn.Dropout(dropout)
         self.rotary = rotary
+        self.register_load_state_dict_pre_hook(_stack_separate_projections)
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         """(B, T, H * D) -> (B, H, T, D), a strided view (D: the query/key or value width)."""
         B, T, width = t.shape
         return t.view(B, T, self.n_head, width // self.n_head).transpose(1, 2)
+
+    def _queries(self, x: torch.Tensor) -> torch.Tensor:
+        return self._heads(self.q(x) if self.cross else self.qkv.parts(x, 0, 1)[0])
+
+    def _keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        k, v = self.kv.parts(source) if self.cross else self.qkv.parts(source, 1)
+        return self._heads(k), self._heads(v)
+
+    def _project(self, x: torch.Tensor, context: Optional[torch.Tensor],
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries from x, keys and values from context (None: from x), each (B, H, T, D): views
+        of one matmul's output for self-attention on the self-attention layout."""
+        if context is None and not self.cross:
+            q, k, v = self.qkv.parts(x)
+            return self._heads(q), self._heads(k), self._heads(v)
+        return (self._queries(x), *self._keys_values(x if context is None else context))
 
     def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
                 cache: Optional[LayerKV] = None, lengths: Optional[torch.Tensor] = None,
@@ -62,13 +90,11 @@ class MultiHeadAttention(KernelModule):
         position_bias: a relative position or ALiBi bias of the scores
         (pygpt.nn.position_bias), applied in the kernel."""
         B, T, _ = x.shape
-        q = self._heads(self.q(x))
         kv_lengths = lengths if context is None else context_lengths
         if context is not None and cache is not None and cache.length > 0:
-            k, v = cache.k, cache.v
+            q, k, v = self._queries(x), cache.k, cache.v
         else:
-            source = x if context is None else context
-            k, v = self._heads(self.k(source)), self._heads(self.v(source))
+            q, k, v = self._project(x, context)
             if self.rotary is not None and context is None:  # at the positions after the cache
                 q, k = self.rotary(q, k, cache.next_positions if cache is not None else 0)
             if cache is not None and context is None:
@@ -83,4 +109,23 @@ class MultiHeadAttention(KernelModule):
         y = y.transpose(1, 2).reshape(B, T, -1)
         if self.proj is not None:
             y = self.proj(y)
-        return self.dropout(y)
+        return self.dropout(y) if self.training else y  # no module call per decode step
+
+
+def _stack_separate_projections(module: MultiHeadAttention, state_dict: dict, prefix: str,
+                                *_) -> None:
+    """load_state_dict pre-hook: weights saved before the projections were fused hold
+    `q`, `k`, `v` (weight and bias each); they are stacked into the module's `qkv` (self-attention)
+    or `kv` (cross-attention, whose `q` stays). Tensors that cannot be stacked (other widths) are
+    left as they are, for load_state_dict to report."""
+    fused, parts = ("kv", ("k", "v")) if module.cross else ("qkv", ("q", "k", "v"))
+    for param in ("weight", "bias"):
+        old = [f"{prefix}{part}.{param}" for part in parts]
+        new = f"{prefix}{fused}.{param}"
+        if new in state_dict or not all(name in state_dict for name in old):
+            continue
+        tensors = [state_dict[name] for name in old]
+        if all(t.shape[1:] == tensors[0].shape[1:] for t in tensors):
+            state_dict[new] = torch.cat(tensors)
+            for name in old:
+                del state_dict[name]
