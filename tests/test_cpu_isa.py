@@ -78,6 +78,11 @@ ATTENTION_CASES = [  # B, H, Tq, Tk, D, causal, padded, bias
     (1, 2, 97, 97, 64, True, False, None),
     (2, 1, 49, 96, 16, True, True, None),
     (1, 1, 65, 33, 40, False, False, "relative"),
+    # a few queries (decode steps), which skip the tiles on every ISA
+    (3, 2, 1, 70, 32, True, True, "alibi"),
+    (2, 2, 4, 9, 16, True, False, "relative"),
+    (1, 3, 5, 5, 8, False, True, None),
+    (2, 1, 3, 1, 4, True, False, None),
 ]
 
 

@@ -158,6 +158,73 @@ void add_bias_grad(const T* ds, int64_t n, const AttentionBias<T>& bias, int64_t
   }
 }
 
+// scores[j] = scale * q . k_j for the keys j < n of one query. With unit strides, four keys at a
+// time: their dot products' horizontal sums then overlap instead of each waiting on the last.
+template <typename T>
+void direct_scores(const AttentionShape& s, const T* q, int64_t q_d, const T* k, int64_t k_t,
+                   int64_t k_d, int64_t n, T* scores) {
+  const T scale = T(s.scale);
+  int64_t j = 0;
+  if (q_d == 1 && k_d == 1) {
+    for (; j + 4 <= n; j += 4) {
+      const T* kj = k + j * k_t;
+      const auto d = vector_sums<T, 4>(s.Dk, [&](auto load, int64_t c, auto& a) {
+        const auto qc = load(q + c);
+        a[0] += qc * load(kj + c);
+        a[1] += qc * load(kj + k_t + c);
+        a[2] += qc * load(kj + 2 * k_t + c);
+        a[3] += qc * load(kj + 3 * k_t + c);
+      });
+      for (int u = 0; u < 4; ++u) scores[j + u] = d[u] * scale;
+    }
+  }
+  for (; j < n; ++j) {
+    const T* kj = k + j * k_t;
+    T dot = 0;
+    for (int64_t c = 0; c < s.Dk; ++c) dot += q[c * q_d] * kj[c * k_d];
+    scores[j] = dot * scale;
+  }
+}
+
+// A few queries (a decode step): tiles would pack all of K and V and run GEMM blocks of
+// kTileRows rows for one real row, so each query instead takes dot products with the keys it
+// sees and sums their values, in place. Same online-free softmax, same rules for empty rows and
+// NaNs as the tiled path; `scores` holds at least Tk values.
+template <typename T>
+void forward_rows_direct(const AttentionShape& s, View4<T> q, View4<T> k, View4<T> v, T* out,
+                         T* lse, int64_t b, int64_t h, int64_t r0, int64_t rows,
+                         const AttentionBias<T>& bias, T* scores) {
+  const RowLengths len{s.q_len(b), s.kv_len(b)};
+  const int64_t bh = b * s.H + h;
+  for (int64_t i = r0; i < r0 + rows; ++i) {
+    T* o = out + (bh * s.Tq + i) * s.Dv;
+    std::fill(o, o + s.Dv, T(0));
+    const int64_t n = i < len.q ? visible_keys(s, len, i) : 0;
+    if (n == 0) {  // padding, or a query that sees no key
+      lse[bh * s.Tq + i] = -std::numeric_limits<T>::infinity();
+      continue;
+    }
+    direct_scores(s, q.at(b, h, i), q.stride_d, k.at(b, h, 0), k.stride_t, k.stride_d, n, scores);
+    if (bias.any()) add_bias(scores, n, bias, h, -(i + len.kv - len.q));
+    const T m = row_max(scores, n);
+    const T shift = m == -std::numeric_limits<T>::infinity() ? T(0) : m;
+    const T l = exp_shifted_sum(scores, n, shift);
+    for (int64_t j = 0; j < n; ++j) {
+      const T* vj = v.at(b, h, j);
+      const T pj = scores[j];
+      if (v.stride_d == 1) {
+#pragma omp simd
+        for (int64_t c = 0; c < s.Dv; ++c) o[c] += pj * vj[c];
+      } else {
+        for (int64_t c = 0; c < s.Dv; ++c) o[c] += pj * vj[c * v.stride_d];
+      }
+    }
+    const T inv = T(1) / l;
+    for (int64_t c = 0; c < s.Dv; ++c) o[c] *= inv;
+    lse[bh * s.Tq + i] = shift + std::log(l);
+  }
+}
+
 }  // namespace
 
 int64_t attention_forward_items(const AttentionShape& s) {
@@ -169,8 +236,16 @@ int64_t attention_backward_items(const AttentionShape& s) { return s.B * s.H; }
 template <typename T>
 void attention_forward(const AttentionShape& s, View4<T> q, View4<T> k, View4<T> v, T* out, T* lse,
                        int64_t item_begin, int64_t item_end, const AttentionBias<T>& bias) {
-  constexpr int64_t NR = tile_cols<T>();
   const int64_t q_tiles = (s.Tq + kQueryTile - 1) / kQueryTile;
+  if (s.Tq * 2 <= kTileRows) {  // a few queries (decode steps): the direct way, one item per head
+    std::vector<T> scores(s.Tk);
+    for (int64_t bh = item_begin; bh < item_end; ++bh) {
+      forward_rows_direct(s, q, k, v, out, lse, bh / s.H, bh % s.H, 0, s.Tq, bias,
+                          scores.data());
+    }
+    return;
+  }
+  constexpr int64_t NR = tile_cols<T>();
   const int64_t dk_pad = round_up(s.Dk, NR), dv_pad = round_up(s.Dv, NR);
   // K^T and V of one head, packed once and reused by every query tile of that head in the range.
   // K^T is packed tile by tile (a Dk x kKeyTile block per key tile): one long (Dk, Tk) panel
