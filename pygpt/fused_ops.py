@@ -12,8 +12,9 @@ that the pair is one pass over memory and one op call in each direction:
   are added in the same backward pass.
 
 The schemas are in csrc/bindings/registration.cpp, the kernels in csrc/cpu and csrc/cuda
-(bias_gelu, add_layer_norm); here each op gets its autograd formula and fake implementation,
-as pygpt.ops does for the others (which re-exports these functions).
+(bias_gelu, add_layer_norm), their autograd in csrc/bindings/autograd_fused.cpp; here each op
+gets its fake implementation, as pygpt.ops does for the others (which re-exports these
+functions).
 """
 from __future__ import annotations
 
@@ -55,19 +56,6 @@ def _bias_gelu_backward_fake(grad_y, x, bias, bias_grad):
     return x.new_empty(x.shape), x.new_empty((x.shape[-1] if bias_grad else 0,))
 
 
-def _bias_gelu_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs)
-
-
-def _bias_gelu_backward(ctx, grad_y):
-    x, bias = ctx.saved_tensors
-    want_bias = ctx.needs_input_grad[1]
-    dx, dbias = torch.ops.pygpt.bias_gelu_backward(grad_y, x, bias, want_bias)
-    return dx, dbias if want_bias else None
-
-
-torch.library.register_autograd("pygpt::bias_gelu", _bias_gelu_backward,
-                                setup_context=_bias_gelu_setup)
 
 
 # --- residual add + layer norm ---------------------------------------------------------------
@@ -89,25 +77,3 @@ def _add_layer_norm_backward_fake(grad_y, grad_sum, sum, weight, mean, rstd, wei
             sum.new_empty((C if bias_grad else 0,)))
 
 
-def _add_layer_norm_setup(ctx, inputs, output):
-    _x, _residual, weight, bias, _eps = inputs
-    s, _, mean, rstd = output
-    ctx.save_for_backward(s, weight, mean, rstd)
-    ctx.has_bias = bias is not None
-    ctx.mark_non_differentiable(mean, rstd)
-    ctx.set_materialize_grads(False)  # an unused sum passes None, not a tensor of zeros
-
-
-def _add_layer_norm_backward(ctx, grad_sum, grad_y, _grad_mean, _grad_rstd):
-    if grad_y is None:  # only the sum was used: its gradient passes to both inputs
-        return grad_sum, grad_sum, None, None, None
-    s, weight, mean, rstd = ctx.saved_tensors
-    want_weight = weight is not None and ctx.needs_input_grad[2]
-    want_bias = ctx.has_bias and ctx.needs_input_grad[3]
-    dx, dweight, dbias = torch.ops.pygpt.add_layer_norm_backward(
-        grad_y, grad_sum, s, weight, mean, rstd, want_weight, want_bias)
-    return (dx, dx, dweight if want_weight else None, dbias if want_bias else None, None)
-
-
-torch.library.register_autograd("pygpt::add_layer_norm", _add_layer_norm_backward,
-                                setup_context=_add_layer_norm_setup)

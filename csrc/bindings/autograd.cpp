@@ -2,27 +2,14 @@
 // whose forward runs the op below autograd (its CPU or CUDA kernel) and whose backward calls the
 // op's backward kernel, so a training step runs no Python per op call (pygpt/ops.py registers
 // only the fake implementations). The gradients are those the ops' schemas document
-// (registration.cpp); the auxiliary outputs (lse, mean, rstd) are not differentiable.
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/autograd.h>
+// (registration.cpp); the auxiliary outputs (lse, mean, rstd) are not differentiable. The fused
+// ops' autograd is in autograd_fused.cpp.
 #include <torch/library.h>
+
+#include "bindings/autograd_support.h"
 
 namespace pygpt {
 namespace {
-
-using at::Tensor;
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-using OptTensor = std::optional<Tensor>;
-
-// The op `name` of the pygpt library, called through the dispatcher with signature Fn.
-template <typename Fn>
-c10::TypedOperatorHandle<Fn> op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Fn>();
-}
-
-// A saved optional tensor comes back undefined when it was not given.
-OptTensor given(const Tensor& t) { return t.defined() ? OptTensor(t) : std::nullopt; }
 
 // --- attention ---------------------------------------------------------------------------------
 
