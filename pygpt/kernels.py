@@ -106,8 +106,19 @@ def torch_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s, x[..., 2 * half:]], dim=-1)
 
 
-def torch_bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    return F.gelu(x + bias)
+def ext_linear_gelu(x: torch.Tensor, weight: torch.Tensor,
+                    bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """gelu(x W^T + b) with the bias and the GELU in one kernel (pygpt.ops.bias_gelu) after a
+    bias-free matmul."""
+    if bias is None:
+        return F.gelu(F.linear(x, weight))
+    return ops.bias_gelu(F.linear(x, weight), bias)
+
+
+def torch_linear_gelu(x: torch.Tensor, weight: torch.Tensor,
+                      bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """gelu(x W^T + b) as PyTorch writes it: the bias added inside the matmul (addmm)."""
+    return F.gelu(F.linear(x, weight, bias))
 
 
 def torch_add_layer_norm(x: torch.Tensor, residual: torch.Tensor,
@@ -125,16 +136,16 @@ class Kernels:
     cross_entropy: Callable[..., torch.Tensor]
     rotary: Callable[..., torch.Tensor]
     linear_cross_entropy: Callable[..., torch.Tensor]  # the LM head and its loss, fused
-    bias_gelu: Callable[..., torch.Tensor]  # gelu(x + bias)
+    linear_gelu: Callable[..., torch.Tensor]  # gelu(x W^T + b), the MLP's widening
     add_layer_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]  # (s, layer_norm(s))
 
 
 KERNELS: dict[str, Kernels] = {
     "ext": Kernels(ops.attention, ops.layer_norm, ops.cross_entropy, ops.rotary,
-                   linear_cross_entropy=ops.linear_cross_entropy, bias_gelu=ops.bias_gelu,
+                   linear_cross_entropy=ops.linear_cross_entropy, linear_gelu=ext_linear_gelu,
                    add_layer_norm=ops.add_layer_norm),
     "torch": Kernels(torch_attention, torch_layer_norm, torch_cross_entropy, torch_rotary,
-                     linear_cross_entropy=torch_linear_cross_entropy, bias_gelu=torch_bias_gelu,
+                     linear_cross_entropy=torch_linear_cross_entropy, linear_gelu=torch_linear_gelu,
                      add_layer_norm=torch_add_layer_norm),
 }
 assert tuple(KERNELS) == KERNEL_SETS, "pygpt.config.KERNEL_SETS names these kernel sets"

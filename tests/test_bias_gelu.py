@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import pygpt.ops
 from helpers import DTYPES, TOL, close, f64, rand, spread_
-from pygpt.kernels import torch_bias_gelu
+from pygpt.kernels import ext_linear_gelu, torch_linear_gelu
 from pygpt.nn import MLP
 
 SHAPES = [(1,), (7,), (3, 1), (1, 5), (4, 7), (2, 3, 33), (2, 3, 4, 129), (12, 64, 512),
@@ -145,10 +145,14 @@ def test_reproducible_run_to_run():
     assert all(torch.equal(a, c) for a, c in zip(*grads))
 
 
-def test_torch_kernel_set_reference():
+def test_kernel_sets_linear_gelu():
     x, b = rand(4, 6, dtype=torch.float64), rand(6, dtype=torch.float64)
-    close(torch_bias_gelu(x, b), x + b - (x + b) * torch.special.ndtr(-(x + b)),
-          TOL[torch.float64], "gelu(h) = h - h * Phi(-h)")
+    eye = torch.eye(6, dtype=torch.float64)
+    for linear_gelu in (ext_linear_gelu, torch_linear_gelu):
+        close(linear_gelu(x, eye, b), x + b - (x + b) * torch.special.ndtr(-(x + b)),
+              TOL[torch.float64], "gelu(h) = h - h * Phi(-h)")
+        close(linear_gelu(x, eye, None), x - x * torch.special.ndtr(-x), TOL[torch.float64],
+              "without a bias")
 
 
 @pytest.mark.parametrize("kernels", ["ext", "torch"])
@@ -158,8 +162,8 @@ def test_mlp_fuses_bias_and_gelu(kernels):
     torch.manual_seed(0)
     mlp = spread_(MLP(8, 24))
     mlp.kernels = kernels
-    assert mlp.fused_bias_gelu and list(mlp.state_dict()) == ["fc.weight", "fc.bias",
-                                                               "proj.weight", "proj.bias"]
+    assert mlp.gelu and list(mlp.state_dict()) == ["fc.weight", "fc.bias",
+                                                   "proj.weight", "proj.bias"]
     x = rand(3, 4, 8, dtype=torch.float64, scale=2.0)
     mlp64 = MLP(8, 24).double()
     mlp64.load_state_dict(mlp.state_dict())
@@ -167,5 +171,4 @@ def test_mlp_fuses_bias_and_gelu(kernels):
     out = mlp(x32)
     expected = mlp64.proj(F.gelu(mlp64.fc(x)))
     close(out, expected, TOL[torch.float32], "mlp", rel_to_max=True)
-    assert not MLP(8, 24, activation="relu").fused_bias_gelu
-    assert not MLP(8, 24, bias=False).fused_bias_gelu
+    assert not MLP(8, 24, activation="relu").gelu

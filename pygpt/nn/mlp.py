@@ -1,7 +1,7 @@
 """The position-wise feed-forward network of a transformer block: widen, a nonlinearity (GELU,
-as GPT-2 and BERT, or ReLU, as the original Transformer), project back. With GELU and biases,
-the widening's bias and the GELU run as one fused kernel (the kernel set's bias_gelu) after a
-bias-free matmul; the parameters are the same either way."""
+as GPT-2 and BERT, or ReLU, as the original Transformer), project back. With GELU, the widening
+and the GELU are the kernel set's linear_gelu: on ours, the bias and the GELU run as one fused
+kernel after a bias-free matmul; the parameters are the same either way."""
 from __future__ import annotations
 
 import torch
@@ -22,13 +22,13 @@ class MLP(KernelModule):
                              f"{', '.join(ACTIVATIONS)}")
         self.fc = nn.Linear(dim, hidden, bias=bias)
         self.act = ACTIVATIONS[activation]
-        self.fused_bias_gelu = activation == "gelu" and bias
+        self.gelu = activation == "gelu"
         self.proj = nn.Linear(hidden, dim, bias=bias)  # writes into the residual stream
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fused_bias_gelu:
-            h = self.kern.bias_gelu(F.linear(x, self.fc.weight), self.fc.bias)
+        if self.gelu:
+            h = self.kern.linear_gelu(x, self.fc.weight, self.fc.bias)
         else:
             h = self.act(self.fc(x))
         y = self.proj(h)
