@@ -224,10 +224,10 @@ def weights_step(ckpt: Union[str, Path]) -> int:
 
 
 def load_train_state(ckpt: Union[str, Path], optimizer: Optional[torch.optim.Optimizer] = None,
-                     ) -> dict[str, Any]:
+                     adapt: Callable[[dict], dict] = lambda saved: saved) -> dict[str, Any]:
     """The training state saved for --resume, checked to be from the same step as the weights
-    and to hold what resuming reads; with `optimizer`, its state is loaded into it, checked to
-    fit its parameters first."""
+    and to hold what resuming reads; with `optimizer`, its state (as `adapt` rewrites it, e.g.
+    from an older layout of the parameters) is loaded into it, checked to fit them first."""
     path = Path(ckpt)
 
     def read(file: Path) -> Any:
@@ -248,7 +248,7 @@ def load_train_state(ckpt: Union[str, Path], optimizer: Optional[torch.optim.Opt
     if state["step"] != step:
         raise _mixed(path, "the training state", state["step"], step)
     if optimizer is not None:
-        _load_optimizer(optimizer, state["optimizer"], path / TRAIN_STATE)
+        _load_optimizer(optimizer, adapt(state["optimizer"]), path / TRAIN_STATE)
     return state
 
 

@@ -228,3 +228,60 @@ def test_old_tensors_that_do_not_stack_are_reported():
     missing, unexpected = build(GPT_CFG).load_state_dict(old, strict=False)
     assert missing == ["blocks.0.attn.qkv.weight"]
     assert sorted(unexpected) == [f"blocks.0.attn.{p}.weight" for p in "kqv"]
+
+
+def separate_optimizer_state(model, optimizer, saved):
+    """An optimizer state_dict of `optimizer` (over model) as the code before the fusion saved
+    it: each fused parameter's entry split into its maps' entries, in map order."""
+    widths = {id(p): m.widths for m in model.modules() if isinstance(m, FusedLinear)
+              for p in (m.weight, m.bias) if p is not None}
+    state, groups, old, new = {}, [], 0, 0
+    for group, saved_group in zip(optimizer.param_groups, saved["param_groups"]):
+        start = old
+        for p in group["params"]:
+            parts = widths.get(id(p), (None,))
+            for k, width in enumerate(parts):
+                if new in saved["state"]:
+                    state[old + k] = {
+                        key: (v.split(parts)[k].clone() if width is not None and v.dim() > 0
+                              else v.clone()) for key, v in saved["state"][new].items()}
+            old, new = old + len(parts), new + 1
+        groups.append({**saved_group, "params": list(range(start, old))})
+    return {"state": state, "param_groups": groups}
+
+
+def test_a_run_saved_before_the_fusion_resumes_exactly(trained, tmp_path, text_file):
+    """Weights and AdamW moments saved with separate q, k, v resume into the fused model and
+    train on exactly as the same run saved in the fused layout does."""
+    import dataclasses
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from helpers import TINY_MODEL, tiny_train_cfg
+    from pygpt.run_files import TRAIN_STATE
+    from pygpt.training import make_optimizer, stack_fused_states, train
+
+    fused, old = tmp_path / "fused", tmp_path / "old"
+    for run in (fused, old):
+        shutil.copytree(trained[0], run)
+    model, _ = pygpt.load(old)
+    with safe_open(str(old / WEIGHTS), framework="pt") as f:
+        tensors = {name: f.get_tensor(name) for name in f.keys()}
+        meta = f.metadata()
+    save_file(separate_layout(model, tensors), str(old / WEIGHTS), metadata=meta)
+    cfg = tiny_train_cfg(text_file, old, max_iters=8)
+    optimizer = make_optimizer(model, cfg)
+    state = torch.load(old / TRAIN_STATE, weights_only=True)
+    separate = separate_optimizer_state(model, optimizer, state["optimizer"])
+    assert len(separate["param_groups"][0]["params"]) > len(optimizer.param_groups[0]["params"])
+    restacked = stack_fused_states(model, optimizer, separate)
+    assert restacked["param_groups"] == state["optimizer"]["param_groups"]
+    for index, entry in state["optimizer"]["state"].items():
+        assert all(torch.equal(v, restacked["state"][index][k]) for k, v in entry.items())
+    assert stack_fused_states(model, optimizer, state["optimizer"]) is state["optimizer"]
+    torch.save({**state, "optimizer": separate}, old / TRAIN_STATE)
+
+    train(TINY_MODEL, cfg, resume=True, progress=False)
+    train(TINY_MODEL, dataclasses.replace(cfg, out=str(fused)), resume=True, progress=False)
+    state_dicts_equal(pygpt.load(old)[0].state_dict(), pygpt.load(fused)[0].state_dict())

@@ -37,7 +37,7 @@ from pygpt.tokenizer import (SEQ2SEQ_SPECIALS, BPETokenizer, CharTokenizer, Toke
                              WordPieceTokenizer)
 from pygpt.training.distributed import Distributed
 from pygpt.training.metrics_log import append_metrics, truncate_metrics
-from pygpt.training.optim import lr_at, make_optimizer, warmup_warning
+from pygpt.training.optim import lr_at, make_optimizer, stack_fused_states, warmup_warning
 from pygpt.training.step import Diverged, check_finite_weights, train_step
 from pygpt.training.stop import StopRequest
 from pygpt.training.tasks import (Classification, LanguageModelling, MaskedLanguageModelling,
@@ -172,7 +172,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     if resume:
         loaded, _ = checkpoint.load(out, kernels=cfg.kernels, device=cfg.device)
         model.load_state_dict(loaded.state_dict())
-        state = checkpoint.load_train_state(out, optimizer)
+        state = checkpoint.load_train_state(  # older runs: separate W_Q, W_K, W_V
+            out, optimizer, adapt=lambda saved: stack_fused_states(model, optimizer, saved))
         step = state["step"]
         # States saved before token counts were kept are GPT runs, whose steps are all alike.
         tokens_seen = state.get("tokens", step * cfg.batch_size * cfg.grad_accum * ranks.world
