@@ -14,7 +14,7 @@ LAYERS = [
     ["pygpt.io", "pygpt.run_files", "pygpt.config", "pygpt.presets", "pygpt.cli",
      "pygpt.cpu_isa"],
     ["pygpt.tokenizer", "pygpt.data", "pygpt.mlm_data", "pygpt.labelled_data", "pygpt.ops",
-     "pygpt.linear_cross_entropy", "pygpt.fused_ops", "pygpt.op_support", "pygpt.plot",
+     "pygpt.fused_ops", "pygpt.op_support", "pygpt.plot",
      "pygpt.parallel_data", "pygpt.bleu"],
     ["pygpt.kernels"],
     ["pygpt.nn"],

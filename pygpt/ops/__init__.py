@@ -26,7 +26,7 @@ import torch
 
 from pygpt import _C  # noqa: F401  (loading the library registers torch.ops.pygpt)
 from pygpt.fused_ops import add_layer_norm, bias_gelu
-from pygpt.linear_cross_entropy import linear_cross_entropy  # the fused LM head + loss
+from pygpt.ops.linear_cross_entropy import linear_cross_entropy  # the fused LM head + loss
 from pygpt.op_support import check_same_device as _check_same_device, stats_dtype as _stats_dtype
 
 __all__ = ["attention", "layer_norm", "cross_entropy", "rotary", "bias_gelu", "add_layer_norm",
