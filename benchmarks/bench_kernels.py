@@ -8,7 +8,7 @@ and the ratio ours/ATen (< 1 means ours is faster), for the forward alone and fo
 backward. On the GPU, attention also runs at B=8 H=12 T=1024 D=64. cross_entropy runs each
 shape without label smoothing and with label_smoothing=0.1 (ATen: F.cross_entropy with the same).
 rotary has no ATen op: its baseline ("ATen" below) is the same math in plain PyTorch ops
-(pygpt.kernels.torch_rotary), on the strided queries the attention module produces; the last
+(pygpt.ops.rotary.torch_rotary), on the strided queries the attention module produces; the last
 shape is a one-token decode step, where the per-call overhead is all there is.
 
 Timing: `--warmup` untimed calls, then the median over `--repeat` calls of time.perf_counter()
@@ -194,8 +194,8 @@ def cross_entropy_case(N, V, smoothing, device, dtype):
 def rotary_case(B, H, T, D, rotary_dim, device, dtype):
     """Queries as the attention module hands them over (the strided (B, H, T, D) view of a
     (B, T, H * D) projection) at positions after a cache of 100, against the same math in plain
-    PyTorch (pygpt.kernels.torch_rotary: gather, slice, multiply, concatenate)."""
-    from pygpt.kernels import torch_rotary
+    PyTorch (pygpt.ops.rotary.torch_rotary: gather, slice, multiply, concatenate)."""
+    from pygpt.ops.rotary import torch_rotary
     from pygpt.nn.rotary import rotary_tables
 
     def heads(t):

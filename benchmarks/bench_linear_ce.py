@@ -113,7 +113,7 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--chunk-rows", type=int, default=None,
-                   help="rows per chunk (default: pygpt.linear_cross_entropy.chunk_rows)")
+                   help="rows per chunk (default: pygpt.ops.linear_cross_entropy.chunk_rows)")
     p.add_argument("--_rss-child", nargs=6, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args._rss_child:
@@ -122,7 +122,7 @@ def main():
         rss_child(name, N, C, V, rows or None, threads)
         return
 
-    from pygpt.linear_cross_entropy import chunk_rows
+    from pygpt.ops.linear_cross_entropy import chunk_rows
 
     torch.set_num_threads(args.threads)
     N, C, V = args.shape

@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import pygpt.ops
 import reference as ref
 from helpers import DTYPES, TINY, TOL, close, f64, make_model, rand, rand_tokens
-from pygpt.kernels import torch_add_layer_norm
+from pygpt.ops.add_layer_norm import torch_add_layer_norm
 
 raw = torch.ops.pygpt.add_layer_norm
 

@@ -11,7 +11,7 @@ import torch
 import pygpt.ops
 import reference as ref
 from helpers import ATTN_TOL, DTYPES, close, f64, rand
-from pygpt.kernels import torch_attention
+from pygpt.ops.attention import torch_attention
 from test_attention_padded import CASES, padded_grad, padded_inputs
 
 # (B, H, Tq, Tk, Dk, Dv)

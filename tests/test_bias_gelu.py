@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 import pygpt.ops
 from helpers import DTYPES, TOL, close, f64, rand, spread_
-from pygpt.kernels import ext_linear_gelu, torch_linear_gelu
 from pygpt.nn import MLP
+from pygpt.ops.bias_gelu import ext_linear_gelu, torch_linear_gelu
 
 SHAPES = [(1,), (7,), (3, 1), (1, 5), (4, 7), (2, 3, 33), (2, 3, 4, 129), (12, 64, 512),
           (3, 1000), (2, 4099)]

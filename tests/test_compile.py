@@ -20,6 +20,7 @@ import torch
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.data import SHIPPED_TEXT
 from pygpt.models import GPT
+from pygpt.ops.registry import OPS
 from pygpt.training import train
 
 
@@ -175,18 +176,35 @@ def _case_args(case):
         q, _, _ = _strided_qkv()
         return torch.ops.pygpt.rotary.default, (q, torch.randn(12, 3), torch.randn(12, 3),
                                                 torch.randint(0, 12, (8,)), False)
+    if case.startswith("bias_gelu"):
+        x, b = torch.randn(4, 8, 16).transpose(0, 1), torch.randn(16)  # x dense, not contiguous
+        if case == "bias_gelu":
+            return torch.ops.pygpt.bias_gelu.default, (x, b)
+        return torch.ops.pygpt.bias_gelu_backward.default, (torch.randn_like(x), x, b, True)
+    if case.startswith("add_layer_norm"):
+        x, r = (torch.randn(4, 8, 16).transpose(0, 1) for _ in range(2))  # dense, not contiguous
+        w, b = torch.randn(16), torch.randn(16)
+        if case == "add_layer_norm":
+            return torch.ops.pygpt.add_layer_norm.default, (x, r, w, b, 1e-5)
+        s, y, mean, rstd = torch.ops.pygpt.add_layer_norm(x, r, w, b, 1e-5)
+        return torch.ops.pygpt.add_layer_norm_backward.default, (
+            torch.randn_like(y), torch.randn_like(s), s, w, mean, rstd, True, True)
     logits = torch.randn(12, 20)[:, :13]  # a column slice: strided rows
     targets = torch.randint(0, 13, (12,))
     if case == "cross_entropy":
         return torch.ops.pygpt.cross_entropy.default, (logits, targets, -100)
-    loss, lse = torch.ops.pygpt.cross_entropy(logits, targets, -100)
-    return torch.ops.pygpt.cross_entropy_backward.default, (torch.ones(()), logits, targets, lse,
-                                                            -100)
+    if case == "cross_entropy_backward":
+        loss, lse = torch.ops.pygpt.cross_entropy(logits, targets, -100)
+        return torch.ops.pygpt.cross_entropy_backward.default, (torch.ones(()), logits, targets,
+                                                                lse, -100)
+    if case == "linear_cross_entropy":
+        x, w, b = torch.randn(12, 20)[:, :8], torch.randn(13, 8), torch.randn(13)
+        return torch.ops.pygpt.linear_cross_entropy.default, (x, w, targets, b, -100, 0.0, 5,
+                                                              True, True, True)
+    raise AssertionError(f"no strided case for torch.ops.pygpt.{case}: add one to _case_args")
 
 
-@pytest.mark.parametrize("case", ["attention", "attention_backward", "layer_norm",
-                                  "layer_norm_backward", "cross_entropy", "cross_entropy_backward",
-                                  "rotary"])
+@pytest.mark.parametrize("case", [raw for op in OPS for raw in op.raw_ops])
 def test_fakes_match_kernel_strides(case):
     """What torch.compile relies on: each op's fake (meta) implementation describes the real
     outputs exactly, strides included, for the strided inputs a model passes (opcheck's

@@ -1,21 +1,25 @@
 """The package's structure, checked from its imports: every module sits on a layer, imports only
 from its own layer or the layers below (building blocks never reach up into models, models never
 into training), and no import cycle exists, not even through imports inside functions. And no
-source file grows past about 300 lines."""
+source file grows past about 300 lines. And pygpt.ops.registry is the only list of the ops: no
+other source holds a literal list of op names, to fall out of step with it."""
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "pygpt"
+from pygpt.ops.registry import OPS
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "pygpt"
 
 # Lowest first. A module belongs to the first layer with a prefix that names it or its package.
 LAYERS = [
     ["pygpt.io", "pygpt.run_files", "pygpt.config", "pygpt.presets", "pygpt.cli",
      "pygpt.cpu_isa"],
     ["pygpt.tokenizer", "pygpt.data", "pygpt.mlm_data", "pygpt.labelled_data", "pygpt.ops",
-     "pygpt.linear_cross_entropy", "pygpt.fused_ops", "pygpt.op_support", "pygpt.plot",
-     "pygpt.parallel_data", "pygpt.bleu"],
+     "pygpt.plot", "pygpt.parallel_data", "pygpt.bleu"],
     ["pygpt.kernels"],
     ["pygpt.nn"],
     ["pygpt.decoding", "pygpt.translation_search", "pygpt.text_translation"],
@@ -132,3 +136,59 @@ def test_the_checks_see_what_they_look_for():
     assert "pygpt.nn.block" in cycle and "pygpt.models.gpt" in cycle, cycle
     # pygpt.load imports the checkpoint module inside the function: still an edge.
     assert "pygpt.checkpoint" in GRAPH["pygpt"]
+
+
+# --- the registry is the only list of ops ---------------------------------------------------
+
+RAW_OPS = {raw for op in OPS for raw in op.raw_ops}  # torch.ops.pygpt.<raw>
+REGISTRY = PACKAGE / "ops" / "registry.py"
+CI_SCRIPT = REPO / ".ci" / "run"
+
+
+def op_lists_in_python(source: str) -> list[int]:
+    """The lines of the literal lists, tuples, sets and dicts (by their keys) in Python source
+    that name two or more raw ops."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            items = node.elts
+        elif isinstance(node, ast.Dict):
+            items = [key for key in node.keys if key is not None]
+        else:
+            continue
+        named = {item.value for item in items
+                 if isinstance(item, ast.Constant) and isinstance(item.value, str)}
+        if len(named & RAW_OPS) >= 2:
+            lines.append(node.lineno)
+    return lines
+
+
+def op_lists_in_shell(text: str) -> list[int]:
+    """The lines of the bracketed or parenthesised lists in a shell script (its embedded Python
+    included) that name two or more raw ops, quoted or not."""
+    return [text.count("\n", 0, m.start()) + 1 for m in re.finditer(r"[\[(][^\])]*[\])]", text)
+            if len(set(re.findall(r"\w+", m.group())) & RAW_OPS) >= 2]
+
+
+def test_the_registry_is_the_only_list_of_ops():
+    sources = [p for root in (PACKAGE, REPO / "tests") for p in sorted(root.rglob("*.py"))
+               if p != REGISTRY]
+    found = [f"{p.relative_to(REPO)}:{line}" for p in sources
+             for line in op_lists_in_python(p.read_text(encoding="utf-8"))]
+    found += [f"{CI_SCRIPT.relative_to(REPO)}:{line}"
+              for line in op_lists_in_shell(CI_SCRIPT.read_text(encoding="utf-8"))]
+    assert not found, ("lists of ops outside pygpt/ops/registry.py (read the registry's OPS "
+                       f"instead): {', '.join(found)}")
+
+
+def test_the_op_list_check_sees_what_it_looks_for():
+    """On doctored sources: a tuple, a dict and a multi-line shell list naming two raw ops are
+    found; a single name, and names that are no op's, are not."""
+    python = ('CUDA_OPS = ("attention",\n            "layer_norm_backward")\n'
+              'ONE = ["rotary"]\nOTHER = ["attention_mask", "rotary_dim"]\n'
+              'SLOTS = {"bias_gelu": 1, "add_layer_norm": 2}\n')
+    assert op_lists_in_python(python) == [1, 5]
+    shell = "x = ['attention']\npython -c \"\nops = ['rotary',\n       'cross_entropy']\""
+    assert op_lists_in_shell(shell) == [3]
+    assert op_lists_in_shell(CI_SCRIPT.read_text(encoding="utf-8").replace(
+        "ops = [raw for op in OPS", "ops = ['attention', 'layer_norm'] or [raw for op in OPS"))

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 import pygpt.models.gpt as gpt_module
 from helpers import (ARCHS, TINY, WHAT_DTYPE, WHAT_RANGE, WHAT_RANK, WHAT_SIZE, close,
                      make_model, raises_naming, rand_tokens, twin)
-from pygpt import linear_cross_entropy as lce
 from pygpt.kernels import KERNELS
 from pygpt.ops import linear_cross_entropy
+from pygpt.ops.linear_cross_entropy import CHUNK_BYTES, chunk_rows
 
 F32 = dict(atol=1e-5, rtol=1e-5)
 F32_GRAD = dict(atol=2e-6, rtol=2e-5)
@@ -151,12 +151,12 @@ def test_traces_into_one_graph():
 
 def test_chunk_rows_bounds_the_chunk():
     for n, v in [(4096, 50257), (4096, 8192), (10, 50257), (1, 10**9), (0, 5), (1000, 3)]:
-        rows = lce.chunk_rows(n, v, torch.float32)
+        rows = chunk_rows(n, v, torch.float32)
         chunks = -(-n // rows)
-        assert rows >= 1 and (rows * v * 4 <= lce.CHUNK_BYTES or rows == 1), (n, v, rows)
+        assert rows >= 1 and (rows * v * 4 <= CHUNK_BYTES or rows == 1), (n, v, rows)
         assert n == 0 or chunks * rows - n < chunks, (n, v, rows)  # no sliver: evened out
-    assert lce.chunk_rows(4096, 50257, torch.float32) == 164  # 25 chunks of <= 32 MiB
-    assert lce.chunk_rows(100, 10, torch.float64, max_bytes=80 * 7) == 7
+    assert chunk_rows(4096, 50257, torch.float32) == 164  # 25 chunks of <= 32 MiB
+    assert chunk_rows(100, 10, torch.float64, max_bytes=80 * 7) == 7
 
 
 def test_torch_kernel_set_is_the_unfused_reference():

@@ -1,26 +1,30 @@
 """The op-boundary contract, checked the same way for every pygpt op.
 
-Every op (attention, layer_norm, cross_entropy, rotary, bias_gelu, add_layer_norm) rejects bad
-input at its boundary -- wrong dtype, rank or size, an out-of-range value, a tensor on another
-device -- with an error whose message names the offending argument and says what was expected.
-This holds through the public wrapper (`pygpt.ops.*`) and the raw op (`torch.ops.pygpt.*`); the
-device check is also run on the CPU kernel directly, since through the dispatcher a meta tensor
-is routed to the fake implementation instead.
+Every op of pygpt.ops.registry rejects bad input at its boundary -- wrong dtype, rank or size, an
+out-of-range value, a tensor on another device -- with an error whose message names the
+offending argument and says what was expected. This holds through the public wrapper
+(`pygpt.ops.*`) and the raw op (`torch.ops.pygpt.*`); the device check is also run on the CPU
+kernel directly, since through the dispatcher a meta tensor is routed to the fake implementation
+instead.
 
-Each op is one `Contract` (tests/contracts.py; ATTENTION, LAYER_NORM, CROSS_ENTROPY, ROTARY here,
-BIAS_GELU and ADD_LAYER_NORM in tests/fused_contracts.py): the names of its tensor arguments, the
-raw op's other arguments (the public wrapper's defaults), valid inputs, its bad-input cases and
-the argument moved off the CPU for the bad-device case. `test_bad_input` and `test_bad_device`
-run over all of them. Op-specific checks that do not fit the table stay in the op's own test
-file (e.g. test_cross_entropy.test_bad_target_backward_path).
+Each op has one or more `Contract`s (tests/contracts.py; those of attention, layer_norm,
+cross_entropy and rotary here, of bias_gelu and add_layer_norm in tests/fused_contracts.py): the
+names of its tensor arguments, the raw op's other arguments (the public wrapper's defaults),
+valid inputs, its bad-input cases and the argument moved off the CPU for the bad-device case.
+`test_bad_input` and `test_bad_device` run over all of them, op by op in the registry's order,
+and `test_every_op_has_a_contract` makes sure that a new op gets one. Op-specific checks that do
+not fit the table stay in the op's own test file (e.g.
+test_cross_entropy.test_bad_target_backward_path).
 """
 
 import pytest
 import torch
 
+import pygpt.ops
 from contracts import CALLERS, Bad, Contract
 from fused_contracts import ADD_LAYER_NORM, BIAS_GELU
 from helpers import WHAT_DEVICE, WHAT_DTYPE, WHAT_RANGE, WHAT_RANK, WHAT_SIZE, raises_naming, rand
+from pygpt.ops.registry import OPS
 
 
 # --- attention: q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv) -----------------------------------
@@ -217,8 +221,15 @@ ROTARY = Contract("rotary", ("x", "cos", "sin", "positions"), options=(False,), 
                   good=_rotary_good, bad=_rotary_bad(), off_device="positions")
 
 
-CONTRACTS = {c.key: c for c in (ATTENTION, ATTENTION_LENGTHS, ATTENTION_REL_BIAS, ATTENTION_ALIBI,
-                                 LAYER_NORM, CROSS_ENTROPY, ROTARY, BIAS_GELU, ADD_LAYER_NORM)}
+ALL_CONTRACTS = (ATTENTION, ATTENTION_LENGTHS, ATTENTION_REL_BIAS, ATTENTION_ALIBI, LAYER_NORM,
+                 CROSS_ENTROPY, ROTARY, BIAS_GELU, ADD_LAYER_NORM)
+# Ops whose boundary is checked elsewhere, and why.
+CHECKED_ELSEWHERE = {
+    "linear_cross_entropy": "its raw op's other arguments (chunk_rows, the gradient flags) are "
+                            "the public wrapper's choice, not defaults: see test_linear_cross_"
+                            "entropy.test_bad_input_names_the_argument",
+}
+CONTRACTS = {c.key: c for op in OPS for c in ALL_CONTRACTS if c.name == op.name}
 
 BAD_CASES = [pytest.param(op, case, id=f"{op}-{case}")
              for op, contract in CONTRACTS.items() for case in contract.bad]
@@ -245,3 +256,14 @@ def test_bad_device(op, caller):
     args[i] = args[i].to("meta")
     with raises_naming(contract.off_device, WHAT_DEVICE):
         contract.call(caller, *args)
+
+
+@pytest.mark.parametrize("op", [op.name for op in OPS])
+def test_every_op_has_a_contract(op):
+    assert op in {c.name for c in CONTRACTS.values()} or op in CHECKED_ELSEWHERE, (
+        f"pygpt.ops.{op} has no Contract: add one to ALL_CONTRACTS")
+
+
+@pytest.mark.parametrize("op", OPS, ids=[op.name for op in OPS])
+def test_the_public_function_is_the_registrys(op):
+    assert getattr(pygpt.ops, op.name) is op.function and op.name in pygpt.ops.__all__

@@ -9,8 +9,8 @@ import torch
 import pygpt.ops
 import reference as ref
 from helpers import DTYPES, TOL, close, f64, rand
-from pygpt.kernels import torch_rotary
 from pygpt.nn.rotary import rotary_tables
+from pygpt.ops.rotary import torch_rotary
 
 # (B, H, T, D, rotary_dim)
 SHAPES = [(1, 1, 1, 2, 2), (2, 3, 5, 8, 8), (2, 3, 7, 10, 4), (1, 2, 1, 7, 6), (3, 2, 9, 15, 10),

@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from helpers import TINY, close, make_model, rand_tokens, twin
 from pygpt.config import ModelConfig, config_from_dict, to_dict
 from pygpt.decoding import Sampling
-from pygpt.kernels import KERNELS, KernelModule, explicit_position_bias
+from pygpt.kernels import KERNELS, KernelModule
 from pygpt.nn import MLP, Rotary
+from pygpt.ops.attention import explicit_position_bias
 
 # Half of each head rotating, ReLU and post-norm (the documents' block); whole heads; no positions.
 ROTARY = dataclasses.replace(TINY, pos_encoding="rotary", rotary_dim=8, activation="relu",

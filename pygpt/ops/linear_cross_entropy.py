@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from pygpt import _C  # noqa: F401  (loading the library registers torch.ops.pygpt)
@@ -219,3 +220,12 @@ def pick_rows(x: Tensor, weight: Tensor) -> int:
     v = weight.shape[0] if weight.dim() >= 1 else 1
     dtype = x.dtype if x.dtype.is_floating_point else torch.float32
     return chunk_rows(n, v, dtype)
+
+
+def torch_linear_cross_entropy(x: Tensor, weight: Tensor, targets: Tensor,
+                               bias: Optional[Tensor] = None, ignore_index: int = -100,
+                               label_smoothing: float = 0.0) -> Tensor:
+    """pygpt.ops.linear_cross_entropy unfused, its plain-PyTorch reference: the (N, V) logits,
+    then their cross-entropy."""
+    return F.cross_entropy(F.linear(x, weight, bias), targets, ignore_index=ignore_index,
+                           label_smoothing=label_smoothing)

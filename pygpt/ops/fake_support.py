@@ -1,4 +1,4 @@
-"""What the fake implementations of pygpt's ops share (pygpt.ops, pygpt.fused_ops): the dtype
+"""What the fake implementations of pygpt's ops share (each op's module in pygpt.ops): the dtype
 of the statistics the kernels return, and the device check the kernels make."""
 from __future__ import annotations
 
