@@ -1,7 +1,8 @@
 """The runner's command-line rules, torch-free: the checks of its sampling flags and text
 arguments, its --help formatter, and its clean exit on Ctrl-C or a closed pipe. They mirror
-pygpt's (pygpt.decoding.Sampling, pygpt.generate's checks, pygpt.cli's exits_cleanly), which this folder
-cannot import; tests/test_runner_cli.py holds the two command lines to the same refusals."""
+pygpt's (pygpt.decoding.Sampling, pygpt.generate's checks, pygpt.cli's exits_cleanly), which
+this package cannot import; tests/test_runner_cli.py holds the two command lines to the same
+refusals."""
 from __future__ import annotations
 
 import argparse
