@@ -1,8 +1,14 @@
 """Builds pygpt and its C++ extension `pygpt._C` (the kernels, registered as torch.ops.pygpt.*).
 
-The extension compiles against the PyTorch already installed, so the build must see it:
+The extension compiles against a PyTorch that the build imports: `pip install .` builds in an
+isolated environment with the torch pyproject.toml pins, `pip install --no-build-isolation .`
+against the torch already installed. Either way the package then requires exactly that torch
+release (install_requires torch==<its public version>), and pygpt/_build_info.py records the
+version, which `import pygpt` checks against the running torch.
 
-    pip install torch==2.13.0 && pip install --no-build-isolation .
+Besides pygpt, the build installs pygpt_runtime (export/pygpt_runtime, the torch-free ONNX
+runner that pygpt's own code imports) and the console commands pygpt-train, pygpt-generate,
+pygpt-export, pygpt-classify, pygpt-fill-mask, pygpt-translate and pygpt-run.
 
 The CPU kernels (csrc/cpu) are compiled once per instruction set, on x86-64 for the baseline,
 AVX2 + FMA (x86-64-v3) and AVX-512 (x86-64-v4), and the first kernel call picks the best one the
@@ -28,7 +34,8 @@ from setuptools import find_packages, setup
 
 INSTALL_HINT = (
     "pygpt compiles its kernels against an installed PyTorch, which this build environment lacks.\n"
-    "Install torch first and build without isolation:\n\n"
+    "Build in pip's isolated environment (`pip install .`), or install torch first and build\n"
+    "without isolation:\n\n"
     "    pip install torch==2.13.0 && pip install --no-build-isolation .\n"
 )
 
@@ -37,6 +44,15 @@ try:
     from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 except ImportError:
     sys.exit(INSTALL_HINT)
+
+
+BUILD_INFO = "_build_info.py"  # written beside pygpt/_C, read by pygpt/__init__.py
+
+
+def torch_release() -> str:
+    """The public version of the torch being built against ("2.13.0" for "2.13.0+cpu"): what the
+    package requires, since pip's `torch==2.13.0` accepts every local build of that release."""
+    return str(torch.__version__).split("+")[0]
 
 
 def build_cuda() -> bool:
@@ -106,8 +122,18 @@ class BuildWithCpuIsas(BuildExtension):
     inline function is shared across ISAs) and keeps only its kernel table global (objcopy)."""
 
     def build_extension(self, ext):
+        self.write_build_info(os.path.dirname(self.get_ext_fullpath(ext.name)))
         ext.extra_objects = [self.isa_object(isa, flags) for isa, flags in CPU_ISAS.items()]
         super().build_extension(ext)
+
+    @staticmethod
+    def write_build_info(package_dir: str) -> None:
+        """pygpt/_build_info.py beside the extension: the torch version it is compiled against."""
+        os.makedirs(package_dir, exist_ok=True)
+        with open(os.path.join(package_dir, BUILD_INFO), "w", encoding="utf-8") as f:
+            f.write('"""Written by setup.py when it built pygpt._C: the torch it was compiled '
+                    'against."""\n'
+                    f"TORCH_VERSION = {str(torch.__version__)!r}\n")
 
     def isa_object(self, isa: str, flags: list) -> str:
         out = os.path.join(self.build_temp, "cpu_isa", isa)
@@ -127,15 +153,20 @@ setup(
     name="pygpt",
     version="0.1.0",
     description="A small GPT trained and served on its own C++ kernels",
-    packages=find_packages(include=["pygpt", "pygpt.*"]),
+    packages=find_packages(include=["pygpt", "pygpt.*"]) + ["pygpt_runtime"],
+    package_dir={"pygpt_runtime": "export/pygpt_runtime"},
     package_data={"pygpt": ["corpus/tinyshakespeare.txt"]},
     python_requires=">=3.9",
-    # Built against the installed torch; any version in this range that is already installed
-    # satisfies it, so pip never downloads another one. Rebuild after upgrading torch.
-    install_requires=["torch>=2.13.0,<2.15", "numpy", "safetensors", "tqdm",
+    # Exactly the torch release the extension is compiled against (import pygpt refuses another).
+    install_requires=[f"torch=={torch_release()}", "numpy", "safetensors", "tqdm",
                       "tokenizers", "onnx", "onnxscript", "onnxruntime", "matplotlib",
                       "sacrebleu>=2.4"],
     extras_require={"test": ["pytest"]},
+    entry_points={"console_scripts": [
+        "pygpt-train=pygpt.train:main", "pygpt-generate=pygpt.generate:main",
+        "pygpt-export=pygpt.export:main", "pygpt-classify=pygpt.classify:main",
+        "pygpt-fill-mask=pygpt.fill_mask:main", "pygpt-translate=pygpt.translate:main",
+        "pygpt-run=pygpt_runtime.command:main"]},
     ext_modules=[kernel_extension()],
     cmdclass={"build_ext": BuildWithCpuIsas},
     options={"bdist_wheel": {"py_limited_api": "cp39"}},

@@ -16,7 +16,7 @@ The generators are a registry of named factories: a factory takes the model (in 
 returns a callable (prompt ids (B, T), n_new) -> ids (B, T + n_new), or None when it cannot run
 (e.g. a missing optional dependency; shown as n/a). Preparation (exporting, building a session)
 happens in the factory, outside the timing. The onnxruntime generators export the model once
-(into a temporary folder, with pygpt.export) and step it with export/run_onnx.py, the torch-free
+(into a temporary folder, with pygpt.export) and step it with pygpt_runtime.run_onnx, the torch-free
 runner, with as many onnxruntime threads as the torch threads of the case.
 
 Usage:
@@ -25,12 +25,11 @@ Usage:
   python benchmarks/bench_generate.py --ckpt out/ --new-tokens 1000
   python benchmarks/bench_generate.py --preset baby --generators kv-cache --kernels ext torch
   python benchmarks/bench_generate.py --preset baby --generators kv-cache onnx-fp32 --batch 1 16
-(The whole-process comparison, python -m pygpt.generate against export/run_onnx.py: see
+(The whole-process comparison, python -m pygpt.generate against pygpt-run: see
 benchmarks/bench_startup.py.)
 """
 
 import argparse
-import importlib.util
 import os
 import platform
 import statistics
@@ -91,10 +90,7 @@ def _onnx_runner(model: GPT, variant: str) -> Optional[Runner]:
         checkpoint.save(folder / "ckpt", model, tokenizer)
         export(folder / "ckpt", folder / "onnx", quantize="int8")
         _EXPORTS[id(model)] = folder / "onnx"
-    spec = importlib.util.spec_from_file_location(
-        "run_onnx", Path(__file__).resolve().parent.parent / "export" / "run_onnx.py")
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
+    from pygpt_runtime import run_onnx as runner
     sessions = {}
 
     def run(idx: torch.Tensor, n: int) -> torch.Tensor:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Whole-process generation: `python -m pygpt.generate` against the torch-free ONNX runner
-(export/run_onnx.py) on the same model, `--new-tokens` greedy tokens (default 2,000), one thread,
+(pygpt-run) on the same model, `--new-tokens` greedy tokens (default 2,000), one thread,
 the two commands alternated `--repeat` times; and `python -c "import torch"`, what importing torch
 and the interpreter's exit with it cost (pygpt.generate skips that exit's teardown). Prints each
 command's median wall time (start to exit) and whether the two generators printed the same text.
@@ -33,7 +33,7 @@ from pygpt.models import GPT
 from pygpt.presets import preset
 from pygpt.tokenizer import CharTokenizer
 
-RUNNER = Path(__file__).resolve().parent.parent / "export" / "run_onnx.py"
+RUNNER = [sys.executable, "-m", "pygpt_runtime"]  # the pygpt-run command
 
 
 def random_checkpoint(folder: Path, preset_name: str) -> Path:
@@ -86,7 +86,7 @@ def main(argv=None):
         commands = {
             "python -m pygpt.generate": [sys.executable, "-m", "pygpt.generate", "--ckpt",
                                          str(ckpt), *common],
-            "export/run_onnx.py": [sys.executable, str(RUNNER), "--model", str(onnx), *common],
+            "pygpt-run": [*RUNNER, "--model", str(onnx), *common],
             'python -c "import torch"': [sys.executable, "-c", "import torch"],
         }
         times = {name: [] for name in commands}
@@ -99,7 +99,7 @@ def main(argv=None):
     for name, ts in times.items():
         print(f"{name:>26}: {statistics.median(ts):6.2f} s  (runs: "
               + ", ".join(f"{t:.2f}" for t in ts) + ")")
-    same = texts["python -m pygpt.generate"] == texts["export/run_onnx.py"]
+    same = texts["python -m pygpt.generate"] == texts["pygpt-run"]
     print(f"# identical text: {'yes' if same else 'NO'}")
 
 

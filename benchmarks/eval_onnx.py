@@ -8,7 +8,6 @@ all three), and how many of the first N greedy tokens the int8 model shares with
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -17,15 +16,7 @@ import torch
 import pygpt
 from pygpt.data import TokenSplits, read_text
 from pygpt.decoding import Sampling
-
-RUNNER = Path(__file__).resolve().parent.parent / "export" / "run_onnx.py"
-
-
-def load_runner():
-    spec = importlib.util.spec_from_file_location("run_onnx", RUNNER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from pygpt_runtime import run_onnx
 
 
 def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> float:
@@ -46,10 +37,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    runner = load_runner()
     onnx_dir = args.onnx or str(Path(args.ckpt) / "onnx")
     model, tokenizer = pygpt.load(args.ckpt)
-    sessions = {name: runner.OnnxGPT(onnx_dir, name, args.threads) for name in ("fp32", "int8")}
+    sessions = {name: run_onnx.OnnxGPT(onnx_dir, name, args.threads) for name in ("fp32", "int8")}
     tokens = torch.tensor(tokenizer.encode(read_text(None)), dtype=torch.long)
     splits = TokenSplits(tokens, model.config.block_size)
     gen = torch.Generator().manual_seed(0)
@@ -65,7 +55,7 @@ def main() -> None:
         print(f"val loss {name:8s} {np.mean(values):.4f}")
 
     prompt = tokenizer.encode(args.prompt)
-    greedy = {name: [int(t[0]) for t in runner.stream(s, np.array([prompt]), args.greedy_tokens,
+    greedy = {name: [int(t[0]) for t in run_onnx.stream(s, np.array([prompt]), args.greedy_tokens,
                                                        greedy=True)]
               for name, s in sessions.items()}
     torch_greedy = model.generate(torch.tensor([prompt]), args.greedy_tokens,

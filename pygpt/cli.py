@@ -1,16 +1,17 @@
 """What pygpt's command lines share: flags generated from the config dataclasses (so every field is
-overridable and documented in --help without a second list of options to keep in step), the
+overridable and documented in --help without a second list of options to keep in step), and,
+from the torch-free runner's pygpt_runtime.cli_checks (one home for both command lines), the
 --help formatter, the UTF-8 check of text arguments, and the clean exit on Ctrl-C or a closed
 pipe."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import os
-import sys
 import typing
-from typing import Any, Iterator
+from typing import Any
+
+# pygpt's commands import these three from here, beside the dataclass flags.
+from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text  # noqa: F401
 
 
 def _field_type(cls: type, f: dataclasses.Field) -> Any:
@@ -47,57 +48,3 @@ def overrides(namespace: argparse.Namespace, cls: type) -> dict[str, Any]:
     """The fields of cls that were given on the command line."""
     names = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in vars(namespace).items() if k in names}
-
-
-INTERRUPTED = 130  # exit status after Ctrl-C (128 + SIGINT), as a shell reports it
-BROKEN_PIPE = 141  # exit status when the reader of stdout went away (128 + SIGPIPE)
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """--help with the module docstring as written (its example commands keep their lines) and
-    every flag's default: argparse's, unless the help already says it in words (or the flag is
-    required)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if "default" in text or action.required:
-            return text
-        return super()._get_help_string(action)
-
-
-def utf8_text(value: str, flag: str) -> str:
-    """value, or a ValueError naming flag when it holds bytes that are not UTF-8 (argv bytes
-    reach Python as lone surrogates, which no tokenizer or terminal can take)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        bad = value[e.start].encode("utf-8", "surrogateescape")
-        raise ValueError(f"{flag} is not valid UTF-8 (byte 0x{bad.hex()} at character "
-                         f"{e.start})") from None
-    return value
-
-
-@contextlib.contextmanager
-def exits_cleanly() -> Iterator[None]:
-    """Ctrl-C ends the command with status 130 and one line on stderr, after the text already
-    written (flushed, with a final newline); a closed stdout (`... | head`) ends it quietly with
-    status 141. Neither prints a traceback."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        try:
-            sys.stdout.write("\n")
-            sys.stdout.flush()
-        except BrokenPipeError:
-            _discard_stdout()
-        print("interrupted", file=sys.stderr)
-        raise SystemExit(INTERRUPTED) from None
-    except BrokenPipeError:
-        _discard_stdout()
-        raise SystemExit(BROKEN_PIPE) from None
-
-
-def _discard_stdout() -> None:
-    """Points stdout at /dev/null, so the flush at interpreter exit does not fail again."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

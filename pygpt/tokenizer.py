@@ -22,11 +22,11 @@ instead of True (SEQ2SEQ_SPECIALS, [PAD] [UNK] [BOS] [EOS], for a translator), o
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence, Union
 
 from pygpt.io import atomic_write_text
+from pygpt_runtime.onnx_text import SpecialsEncoding
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # A translator's joint source/target vocabulary: padding, and the target's start and end.
@@ -55,26 +55,10 @@ def _chunks(text: TextOrChunks) -> Iterable[str]:
     return [text] if isinstance(text, str) else text
 
 
-class _Base:
-    """What every kind shares: its special tokens, and encoding with or without their names."""
+class _Base(SpecialsEncoding):
+    """What every kind shares: its special tokens and encoding with or without their names (the
+    runner's SpecialsEncoding, one home for both), and saving."""
     kind = ""
-    special_tokens: dict[str, int]  # name -> id; empty without specials
-
-    def _set_specials(self, special_tokens: dict[str, int]) -> None:
-        self.special_tokens = special_tokens
-        names = sorted(special_tokens, key=len, reverse=True)  # the longest name first
-        self._names = re.compile("(" + "|".join(map(re.escape, names)) + ")") if names else None
-
-    def _encode_text(self, text: str) -> list[int]:
-        raise NotImplementedError
-
-    def encode(self, text: str, parse_specials: bool = False) -> list[int]:
-        """The ids of text; with parse_specials, the special names in text give their ids."""
-        if not (parse_specials and self._names):
-            return self._encode_text(text)
-        parts = self._names.split(text)  # the names at the odd places
-        return [i for n, part in enumerate(parts)
-                for i in ([self.special_tokens[part]] if n % 2 else self._encode_text(part))]
 
     def to_json(self) -> str:
         raise NotImplementedError

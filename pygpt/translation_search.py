@@ -22,10 +22,11 @@ total log-probability; larger alphas favour longer output). Beam 1 is greedy dec
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Sequence
 
 import torch
+
+from pygpt_runtime.onnx_search import Search, length_penalty
 
 
 class Translator(Protocol):
@@ -40,27 +41,6 @@ class Translator(Protocol):
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor,
                memory_lengths: Optional[torch.Tensor], cache: Any) -> torch.Tensor:
         """tgt_in (B, T) after the cached positions -> logits (B, T, V); extends the cache."""
-
-
-@dataclass
-class Search:
-    beam: int = 1  # hypotheses kept per sentence; 1: greedy
-    length_penalty: float = 0.6  # GNMT's alpha (the Transformer paper's 0.6)
-    max_extra: int = 50  # a translation holds at most src_len + max_extra tokens ...
-    max_len: Optional[int] = None  # ... or, if given, at most max_len
-
-    def __post_init__(self) -> None:
-        if self.beam < 1:
-            raise ValueError(f"beam must be at least 1, got {self.beam}")
-        if self.max_extra < 0:
-            raise ValueError(f"max_extra must not be negative, got {self.max_extra}")
-        if self.max_len is not None and self.max_len < 1:
-            raise ValueError(f"max_len must be at least 1, got {self.max_len}")
-
-
-def length_penalty(n: int, alpha: float) -> float:
-    """GNMT's ((5 + n) / 6) ** alpha for a hypothesis of n tokens."""
-    return ((5 + n) / 6) ** alpha
 
 
 def _limits(model: Translator, src_lengths: torch.Tensor, search: Search) -> list[int]:

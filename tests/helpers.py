@@ -163,14 +163,20 @@ def edit_json(path, edit):
     path.write_text(json.dumps(data))
 
 
-import importlib.util  # noqa: E402  (the torch-free runners' tests)
+import os  # noqa: E402  (the torch-free runner's tests)
+import sys  # noqa: E402
 
-EXPORT_DIR = Path(__file__).resolve().parent.parent / "export"
+# The torch-free runner's command line (pygpt-run, the console command of export/pygpt_runtime).
+RUNNER_COMMAND = [sys.executable, "-m", "pygpt_runtime"]
 
 
-def load_export_script(name):
-    """The module export/<name>.py (the runners are scripts, not a package: loaded by path)."""
-    spec = importlib.util.spec_from_file_location(name, EXPORT_DIR / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def torch_free_env(tmp_path):
+    """The environment of a subprocess in which `import torch` and `import pygpt` fail (modules
+    that raise, first on PYTHONPATH; the rest of PYTHONPATH stays), to prove the runner needs
+    neither."""
+    blocker = Path(tmp_path) / "blocked"
+    blocker.mkdir()
+    for name in ("torch", "pygpt"):
+        (blocker / f"{name}.py").write_text(f"raise ImportError('{name} is not allowed here')\n")
+    path = os.pathsep.join(p for p in (str(blocker), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path}

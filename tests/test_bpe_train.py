@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import RUNNER_COMMAND
 import pygpt
 import pygpt.generate
 import pygpt.train
@@ -28,8 +29,6 @@ from pygpt.models import GPT
 from pygpt.run_files import RUNNER_CONFIG
 from pygpt.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer
 
-ROOT = Path(__file__).resolve().parent.parent
-RUNNER = ROOT / "export" / "run_onnx.py"
 
 SHAPE = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16"]
 RUN = ["--max-iters", "4", "--eval-interval", "4", "--eval-iters", "2", "--batch-size", "4",
@@ -196,7 +195,7 @@ def test_generated_text_is_the_decoded_tokens(random_bpe_ckpt, capsys):
 
 def run_runner(onnx_dir, prompt, n):
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
-    done = subprocess.run([sys.executable, str(RUNNER), "--model", str(onnx_dir), "--prompt",
+    done = subprocess.run([*RUNNER_COMMAND, "--model", str(onnx_dir), "--prompt",
                            prompt, "--max-new-tokens", str(n), "--greedy", "--threads", "1"],
                           capture_output=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr.decode("utf-8", "replace")

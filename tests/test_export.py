@@ -11,20 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import load_export_script
+from helpers import RUNNER_COMMAND, torch_free_env
 import pygpt
 from pygpt import export as exporter
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.decoding import Sampling
 from pygpt.run_files import ONNX_FP32, ONNX_INT8, RUNNER_CONFIG, TOKENIZER
 from pygpt.training import train
+from pygpt_runtime import run_onnx
 
-ROOT = Path(__file__).resolve().parent.parent
-RUNNER = ROOT / "export" / "run_onnx.py"
-
-
-def _load_runner():
-    return load_export_script("run_onnx")
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +39,7 @@ def test_export_files(exported):
     names = sorted(p.name for p in onnx_dir.iterdir())
     assert names == ["model.int8.onnx", "model.onnx", "runner.json", "tokenizer.json"]
     assert names == sorted([ONNX_INT8, ONNX_FP32, RUNNER_CONFIG, TOKENIZER])
-    assert _load_runner().RUNNER_CONFIG == RUNNER_CONFIG  # the runner cannot import pygpt
+    assert run_onnx.RUNNER_CONFIG == RUNNER_CONFIG  # the runner cannot import pygpt
     config = json.loads((onnx_dir / RUNNER_CONFIG).read_text())
     assert config["block_size"] == 24 and config["n_layer"] == 2 and config["head_dim"] == 16
     assert config["inputs"][:3] == ["input_ids", "past_key_values.0.key", "past_key_values.0.value"]
@@ -59,8 +54,7 @@ def test_export_files(exported):
 
 def test_logits_match_prefill_and_50_decode_steps(exported):
     ckpt, onnx_dir = exported
-    runner = _load_runner()
-    onnx_model = runner.OnnxGPT(str(onnx_dir))
+    onnx_model = run_onnx.OnnxGPT(str(onnx_dir))
     model, _ = pygpt.load(ckpt)
     ids = torch.randint(model.config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -89,19 +83,17 @@ def test_logits_match_prefill_and_50_decode_steps(exported):
 
 def test_greedy_200_tokens_identical(exported):
     ckpt, onnx_dir = exported
-    runner = _load_runner()
     model, tokenizer = pygpt.load(ckpt)
     prompt = tokenizer.encode("ROMEO:")
     torch_tokens = model.generate(torch.tensor([prompt]), 200, sampling=Sampling(greedy=True))
-    onnx_tokens = list(runner.stream(runner.OnnxGPT(str(onnx_dir)), np.array([prompt]), 200,
+    onnx_tokens = list(run_onnx.stream(run_onnx.OnnxGPT(str(onnx_dir)), np.array([prompt]), 200,
                                      greedy=True))
     assert [int(t[0]) for t in onnx_tokens] == torch_tokens[0, len(prompt):].tolist()
 
 
 def test_int8_runs_and_stays_close(exported):
     ckpt, onnx_dir = exported
-    runner = _load_runner()
-    fp32, int8 = runner.OnnxGPT(str(onnx_dir)), runner.OnnxGPT(str(onnx_dir), "int8")
+    fp32, int8 = run_onnx.OnnxGPT(str(onnx_dir)), run_onnx.OnnxGPT(str(onnx_dir), "int8")
     assert (onnx_dir / "model.int8.onnx").stat().st_size < 0.8 * (onnx_dir / "model.onnx").stat().st_size
     ids = np.array([fp32.tokenizer.encode("ROMEO:\nWhat")])
     logits32, _ = fp32.step(ids, fp32.empty_past(1))
@@ -113,18 +105,14 @@ def test_int8_runs_and_stays_close(exported):
     probs8 /= probs8.sum(-1, keepdims=True)
     assert np.abs(probs32 - probs8).sum(-1).max() < 0.2  # total variation distance x 2
     text = "".join(int8.tokenizer.decode(t.tolist()) for t in
-                   runner.stream(int8, ids, 50, greedy=True))
+                   run_onnx.stream(int8, ids, 50, greedy=True))
     assert len(text) == 50
 
 
 def test_runner_needs_no_torch(exported, tmp_path):
     _, onnx_dir = exported
-    blocker = tmp_path / "blocked"
-    blocker.mkdir()
-    for name in ("torch", "pygpt"):
-        (blocker / f"{name}.py").write_text(f"raise ImportError('{name} is not allowed here')\n")
-    env = {**os.environ, "PYTHONPATH": str(blocker)}
-    done = subprocess.run([sys.executable, str(RUNNER), "--model", str(onnx_dir), "--prompt",
+    env = torch_free_env(tmp_path)
+    done = subprocess.run([*RUNNER_COMMAND, "--model", str(onnx_dir), "--prompt",
                            "ROMEO:", "--max-new-tokens", "40", "--greedy"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -135,7 +123,7 @@ def test_runner_needs_no_torch(exported, tmp_path):
 
 def test_runner_rejects_unknown_prompt_characters(exported):
     _, onnx_dir = exported
-    done = subprocess.run([sys.executable, str(RUNNER), "--model", str(onnx_dir), "--prompt",
+    done = subprocess.run([*RUNNER_COMMAND, "--model", str(onnx_dir), "--prompt",
                            "héllo ☃"], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "'☃'" in done.stderr and "vocabulary" in done.stderr
 
@@ -145,7 +133,7 @@ def test_runner_refuses_a_folder_without_runner_config(exported, capsys):
     runner's config was named runner.json, is refused with a clear message."""
     ckpt, _ = exported
     with pytest.raises(SystemExit, match=rf"^error: .*no {RUNNER_CONFIG}: not a pygpt ONNX"):
-        _load_runner().main(["--model", str(ckpt), "--prompt", "ROMEO:"])
+        run_onnx.main(["--model", str(ckpt), "--prompt", "ROMEO:"])
     assert capsys.readouterr().out == ""
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import RUNNER_COMMAND, torch_free_env
 import pygpt
 import pygpt.classify
 import pygpt.fill_mask
@@ -21,8 +22,8 @@ from pygpt.export_bert import padded_batch
 from pygpt.labelled_data import Encoded, Example
 from pygpt.mlm_data import truncate_pair
 from pygpt.run_files import RUNNER_CONFIG
+from pygpt_runtime import onnx_bert, run_onnx
 from test_classify import run, zebra_rows
-from test_export import RUNNER, _load_runner
 from test_labelled_data import write
 
 SHAPE = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--block-size", "32",
@@ -120,10 +121,9 @@ def test_int8_runs_and_stays_close(which, request):
 
 def test_runner_tokenizer_is_pygpts(mlm, classifier):
     """Special names in text are text unless parse_specials, and each id decodes alike."""
-    runner = _load_runner()
     for ckpt, onnx_dir in (mlm, classifier):
         _, tokenizer = pygpt.load(ckpt)
-        ours = runner.OnnxBERT(str(onnx_dir)).tokenizer
+        ours = run_onnx.OnnxBERT(str(onnx_dir)).tokenizer
         texts = (["First [MASK]: [CLS] we[SEP]", "Citizen: [MASK] you [PAD]x [MASK]"]
                  if tokenizer.kind == "wordpiece" else ["cat zebra a", "a [MASK] [SEP]"])
         for text in texts:
@@ -145,12 +145,12 @@ def test_fill_mask_equals_pygpts(mlm):
     text = "First [MASK]: before we [MASK] any further"
     model, tokenizer = pygpt.load(ckpt)
     expected = pygpt.fill_mask.fill_mask(model, tokenizer, text, top_k=4)
-    got = _load_runner().OnnxBERT(str(onnx_dir)).fill_mask(text, top_k=4)
+    got = run_onnx.OnnxBERT(str(onnx_dir)).fill_mask(text, top_k=4)
     assert [[t for t, _ in row] for row in got] == [[t for t, _ in row] for row in expected]
     np.testing.assert_allclose([[p for _, p in row] for row in got],
                                [[p for _, p in row] for row in expected], atol=1e-5)
     args = ["--text", text, "--top-k", "4"]
-    assert (run(_load_runner().main, ["--model", str(onnx_dir), *args])
+    assert (run(run_onnx.main, ["--model", str(onnx_dir), *args])
             == run(pygpt.fill_mask.main, ["--ckpt", str(ckpt), *args]))
 
 
@@ -159,7 +159,7 @@ def test_classify_equals_pygpts(classifier):
     model, tokenizer, labels = pygpt.classify.load_classifier(str(ckpt))
     texts = ["cat zebra a", "the dog", "big " * 20, "a"]  # one cut to fit, rows of all lengths
     pairs = ["runs on mat", "small red blue zebra " * 3, "dog", "zebra"]
-    runner_model = _load_runner().OnnxBERT(str(onnx_dir))
+    runner_model = run_onnx.OnnxBERT(str(onnx_dir))
     for with_pairs in (False, True):
         examples = [Example(t, p if with_pairs else None, labels[0], 1)
                     for t, p in zip(texts, pairs)]
@@ -167,19 +167,15 @@ def test_classify_equals_pygpts(classifier):
         got = runner_model.classify(texts, pairs if with_pairs else None)
         np.testing.assert_allclose(got, expected.numpy(), atol=1e-5)
     for args in (["--text", "a cat zebra"], ["--text", "the dog", "--text-pair", "zebra sits"]):
-        assert (run(_load_runner().main, ["--model", str(onnx_dir), *args])
+        assert (run(run_onnx.main, ["--model", str(onnx_dir), *args])
                 == run(pygpt.classify.main, ["--ckpt", str(ckpt), *args]))
 
 
 def test_runner_needs_no_torch(mlm, classifier, tmp_path):
-    blocker = tmp_path / "blocked"
-    blocker.mkdir()
-    for name in ("torch", "pygpt"):
-        (blocker / f"{name}.py").write_text(f"raise ImportError('{name} is not allowed here')\n")
-    env = {**os.environ, "PYTHONPATH": str(blocker)}
+    env = torch_free_env(tmp_path)
     for onnx_dir, args in [(mlm[1], ["--text", "First [MASK]: before"]),
                            (classifier[1], ["--text", "a cat", "--text-pair", "zebra", "--int8"])]:
-        done = subprocess.run([sys.executable, str(RUNNER), "--model", str(onnx_dir), *args],
+        done = subprocess.run([*RUNNER_COMMAND, "--model", str(onnx_dir), *args],
                               capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("[MASK] 1: ") or done.stdout.split("\n")[0] in ("yes", "no")
@@ -196,7 +192,7 @@ def test_runner_needs_no_torch(mlm, classifier, tmp_path):
 def test_runner_errors(which, args, pattern, request, capsys):
     _, onnx_dir = request.getfixturevalue(which)
     with pytest.raises(SystemExit, match="^error: .*" + pattern):
-        _load_runner().main(["--model", str(onnx_dir), *args])
+        run_onnx.main(["--model", str(onnx_dir), *args])
     assert capsys.readouterr().out == ""
 
 
@@ -213,8 +209,7 @@ def test_failed_bert_export_leaves_no_file(mlm, tmp_path, monkeypatch):
 
 
 def test_runner_truncates_pairs_as_pygpt():
-    _load_runner()  # puts export/ on sys.path: its onnx_bert is the runner's
-    runner_truncate = sys.modules["onnx_bert"].truncate_pair
+    runner_truncate = onnx_bert.truncate_pair
     for a in range(0, 40, 3):
         for b in range(0, 40, 5):
             for budget in (0, 1, 7, 29):

@@ -1,8 +1,9 @@
 """The ONNX export of a seq2seq checkpoint (pygpt.export_seq2seq) and the torch-free translator
-(export/onnx_translate.py): a tiny translator (tests/mt_helpers.py) saved and exported once, fp32
-and int8; its three graphs must give PyTorch's encoder output, first-step and cached-step logits
-and caches on padded batches; the runner must print exactly what python -m pygpt.translate
-prints, greedy and beam; it runs where torch cannot be imported; and failures are clean."""
+(pygpt-run; export/pygpt_runtime/onnx_translate.py): a tiny translator (tests/mt_helpers.py) saved
+and exported once, fp32 and int8; its three graphs must give PyTorch's encoder output, first-step
+and cached-step logits and caches on padded batches; the runner must print exactly what python -m
+pygpt.translate prints, greedy and beam; it runs where torch cannot be imported; and failures are
+clean."""
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from helpers import load_export_script
+from helpers import RUNNER_COMMAND, torch_free_env
 from mt_helpers import CFG, reverser, tokenizer, words
 from pygpt import checkpoint
 from pygpt import export_seq2seq as exporter
@@ -22,13 +23,9 @@ from pygpt.config import ModelConfig
 from pygpt.models import build
 from pygpt.run_files import RUNNER_CONFIG, TOKENIZER
 from pygpt.translate import main as translate_main
+from pygpt_runtime import onnx_translate
 
-RUNNER = Path(__file__).resolve().parent.parent / "export" / "onnx_translate.py"
 TEXTS = [*words(30, seed=5), "", "abc de", "hgfedcba abcdefgh", "  h  "]
-
-
-def _load_runner():
-    return load_export_script("onnx_translate")
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +60,7 @@ def test_the_folder_holds_the_graphs_tokenizer_and_runner_config(exported):
 def test_the_graphs_match_pytorch_on_padded_batches(exported):
     """Encoder, the first step over [BOS] and four cached steps, batch of 3 padded sources."""
     _, onnx_dir, model, _ = exported
-    runner = _load_runner().OnnxSeq2Seq(str(onnx_dir))
+    runner = onnx_translate.OnnxSeq2Seq(str(onnx_dir))
     g = torch.Generator().manual_seed(3)
     lengths = torch.tensor([9, 1, 5])
     mask = (torch.arange(9)[None] < lengths[:, None]).long()
@@ -94,28 +91,24 @@ def test_the_runner_translates_as_pygpt_translate(exported, tmp_path, capsys, fl
     src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     translate_main(["--ckpt", str(ckpt), "--file", str(src), *flags])
     expected = capsys.readouterr().out
-    _load_runner().main(["--model", str(onnx_dir), "--file", str(src), *flags])
+    onnx_translate.main(["--model", str(onnx_dir), "--file", str(src), *flags])
     assert capsys.readouterr().out == expected
     lines = expected.split("\n")
     assert len(lines) == len(TEXTS) + 1 and len(set(lines)) > len(TEXTS) // 2  # varied output
     assert sum(line == text[::-1] for line, text in zip(lines, TEXTS)) >= 3  # some learned
-    _load_runner().main(["--model", str(onnx_dir), "--file", str(src), "--int8", *flags])
+    onnx_translate.main(["--model", str(onnx_dir), "--file", str(src), "--int8", *flags])
     assert capsys.readouterr().out.count("\n") == len(TEXTS)
 
 
 def test_the_runner_needs_no_torch(exported, tmp_path):
     _, onnx_dir, _, _ = exported
-    blocker = tmp_path / "blocked"
-    blocker.mkdir()
-    for name in ("torch", "pygpt"):
-        (blocker / f"{name}.py").write_text(f"raise ImportError('{name} is not allowed here')\n")
-    env = {**os.environ, "PYTHONPATH": str(blocker)}
-    done = subprocess.run([sys.executable, str(RUNNER), "--model", str(onnx_dir), "--text",
+    env = torch_free_env(tmp_path)
+    done = subprocess.run([*RUNNER_COMMAND, "--model", str(onnx_dir), "--text",
                            "abcd", "--beam", "2"], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
-    expected = _load_runner().OnnxSeq2Seq(str(onnx_dir)).translate(
-        ["abcd"], _load_runner().Search(beam=2))
+    expected = onnx_translate.OnnxSeq2Seq(str(onnx_dir)).translate(
+        ["abcd"], onnx_translate.Search(beam=2))
     assert done.stdout == expected[0] + "\n"
     probe = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True)
     assert probe.returncode != 0  # the blocker really blocks
@@ -137,7 +130,6 @@ def test_failures_are_clean(exported, tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="the exporter failed"):
         exporter.export_seq2seq_model(reverser(steps=0), tokenizer(), tmp_path / "failed")
     assert list((tmp_path / "failed").iterdir()) == []  # nothing staged is left
-    runner = _load_runner()
     fake = tmp_path / "fake"
     fake.mkdir()
     (fake / RUNNER_CONFIG).write_text(json.dumps({"family": "gpt", "models": {}, "block_size": 8,
@@ -150,7 +142,7 @@ def test_failures_are_clean(exported, tmp_path, monkeypatch):
                           (["--model", str(onnx_dir), "--text", "ab", "--beam", "0"],
                            "beam must be at least 1")]:
         with pytest.raises(SystemExit) as e:
-            runner.main(argv)
+            onnx_translate.main(argv)
         assert message in e.value.code and "\n" not in e.value.code, e.value.code
 
 

@@ -1,8 +1,8 @@
-"""The torch-free runner's command line (export/run_onnx.py) where a user meets it: it refuses
-exactly the sampling values pygpt.generate refuses, with the same words; a tiny temperature is
-greedy in both; a missing, truncated or damaged export file, a prompt that is not UTF-8, and a
-BPE export without HF `tokenizers` installed are one `error:` line; Ctrl-C exits 130 after the
-text so far and a closed pipe exits quietly."""
+"""The torch-free runner's command line (pygpt-run, export/pygpt_runtime) where a user meets it: it
+refuses exactly the sampling values pygpt.generate refuses, with the same words; a tiny temperature
+is greedy in both; a missing, truncated or damaged export file, a prompt that is not UTF-8, and a
+BPE export without HF `tokenizers` installed are one `error:` line; Ctrl-C exits 130 after the text
+so far and a closed pipe exits quietly."""
 import json
 import os
 import shutil
@@ -13,18 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers import load_export_script
+from helpers import RUNNER_COMMAND
 import pygpt.generate
 from pygpt import export as exporter
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.run_files import ONNX_FP32, RUNNER_CONFIG, TOKENIZER
 from pygpt.training import train
+from pygpt_runtime import run_onnx
 
-RUNNER = Path(__file__).resolve().parent.parent / "export" / "run_onnx.py"
-
-
-def _runner():
-    return load_export_script("run_onnx")
 
 
 @pytest.fixture(scope="module")
@@ -63,17 +59,16 @@ def _error(main, argv, capsys) -> str:
 def test_both_command_lines_refuse_the_same_values(exported, bad, capsys):
     ckpt, onnx_dir = exported
     torch_side = _error(pygpt.generate.main, ["--ckpt", str(ckpt), *bad], capsys)
-    runner_side = _error(_runner().main, ["--model", str(onnx_dir), *bad], capsys)
+    runner_side = _error(run_onnx.main, ["--model", str(onnx_dir), *bad], capsys)
     assert torch_side == runner_side
 
 
 def test_tiny_temperature_is_greedy_in_the_runner(exported, capsys):
     base = ["--model", str(exported[1]), "--prompt", "First", "--max-new-tokens", "30"]
-    runner = _runner()
-    runner.main(base + ["--greedy"])
+    run_onnx.main(base + ["--greedy"])
     greedy = capsys.readouterr().out
     for temperature in ("1e-30", "1e-320"):
-        runner.main(base + ["--temperature", temperature, "--seed", "1"])
+        run_onnx.main(base + ["--temperature", temperature, "--seed", "1"])
         assert capsys.readouterr().out == greedy, temperature
 
 
@@ -93,13 +88,13 @@ def test_damaged_export_is_one_error_line(export_copy, damage, capsys):
         (export_copy / RUNNER_CONFIG).write_text('{"models": ', encoding="utf-8")
     else:
         (export_copy / TOKENIZER).unlink()
-    message = _error(_runner().main, ["--model", str(export_copy), "--prompt", "First"], capsys)
+    message = _error(run_onnx.main, ["--model", str(export_copy), "--prompt", "First"], capsys)
     damaged = {"runner.json": RUNNER_CONFIG, "tokenizer": TOKENIZER}.get(damage, ONNX_FP32)
     assert str(export_copy / damaged) in message
 
 
 def _run(args, **kwargs):
-    return subprocess.run([sys.executable, str(RUNNER), *args], capture_output=True,
+    return subprocess.run([*RUNNER_COMMAND, *args], capture_output=True,
                           timeout=120, **kwargs)
 
 
@@ -121,14 +116,15 @@ def test_bpe_export_without_tokenizers_says_to_install_it(export_copy, tmp_path)
     (blocker / "tokenizers.py").write_text("raise ModuleNotFoundError(\"No module named "
                                            "'tokenizers'\")\n")
     done = _run(["--model", str(export_copy), "--prompt", "First"],
-                env={**os.environ, "PYTHONPATH": str(blocker)})
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(blocker), os.environ.get("PYTHONPATH")) if p)})
     assert done.returncode == 1 and done.stdout == b""
     lines = done.stderr.decode().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "pip install tokenizers" in lines[0]
 
 
 def _generating(onnx_dir):
-    return subprocess.Popen([sys.executable, str(RUNNER), "--model", str(onnx_dir), "--prompt",
+    return subprocess.Popen([*RUNNER_COMMAND, "--model", str(onnx_dir), "--prompt",
                              "First", "--max-new-tokens", "10000000", "--seed", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -155,9 +151,9 @@ def test_help_shows_the_description_and_every_default(capsys):
     from test_cli_edges import option_blocks
 
     with pytest.raises(SystemExit) as info:
-        _runner().main(["--help"])
+        run_onnx.main(["--help"])
     assert info.value.code == 0
     text = capsys.readouterr().out
-    assert "python export/run_onnx.py --model out/onnx/ --prompt \"ROMEO:\"" in text
+    assert "pygpt-run --model out/onnx/ --prompt \"ROMEO:\"" in text
     for block in option_blocks(text)[1:]:
         assert "default" in block or "required" in block, block

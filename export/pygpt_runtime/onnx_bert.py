@@ -10,8 +10,8 @@ from typing import Optional
 
 import numpy as np
 
-from cli_checks import utf8_text
-from onnx_text import open_export
+from pygpt_runtime.cli_checks import utf8_text
+from pygpt_runtime.onnx_text import open_export
 
 MASK = "[MASK]"
 

@@ -1,6 +1,7 @@
 """Greedy decoding and beam search for an exported encoder-decoder, in numpy (the deployment
-side cannot import pygpt): step for step the rules of pygpt.translation_search, so that a
-translation here is the one python -m pygpt.translate gives, token for token.
+side cannot import pygpt): step for step the rules of pygpt.translation_search, which takes its
+Search settings and length penalty from here, so that a translation here is the one
+python -m pygpt.translate gives, token for token.
 
 A sentence's output stops at [EOS] (not included) or after its maximum length: src_len +
 max_extra tokens, or max_len if given, and never more than block_size. The banned ids ([PAD]
@@ -25,7 +26,7 @@ import numpy as np
 @dataclass
 class Search:
     beam: int = 1  # hypotheses kept per sentence; 1: greedy
-    length_penalty: float = 0.6  # GNMT's alpha
+    length_penalty: float = 0.6  # GNMT's alpha (the Transformer paper's 0.6)
     max_extra: int = 50  # a translation holds at most src_len + max_extra tokens ...
     max_len: Optional[int] = None  # ... or, if given, at most max_len
 
@@ -39,6 +40,7 @@ class Search:
 
 
 def length_penalty(n: int, alpha: float) -> float:
+    """GNMT's ((5 + n) / 6) ** alpha for a hypothesis of n tokens."""
     return ((5 + n) / 6) ** alpha
 
 

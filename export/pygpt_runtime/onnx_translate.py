@@ -2,8 +2,8 @@
 and numpy only (and `tokenizers` for a bpe tokenizer): the deployment side of
 python -m pygpt.translate, whose output it reproduces token for token.
 
-    python export/onnx_translate.py --model runs/mt/onnx --text "Ein Hund läuft."
-    python export/onnx_translate.py --model runs/mt/onnx --file src.txt [--out out.txt]
+    pygpt-run --model runs/mt/onnx --text "Ein Hund läuft."
+    pygpt-run --model runs/mt/onnx --file src.txt [--out out.txt]
 
 Options as pygpt.translate's: --beam K (default 4), --greedy, --length-penalty (0.6),
 --max-len-extra (50), --batch-size (32); plus --int8 (the int8-quantized graphs) and --threads
@@ -23,10 +23,8 @@ from typing import Optional, Sequence
 import numpy as np
 import onnxruntime as ort
 
-if str(Path(__file__).resolve().parent) not in sys.path:  # its siblings, however it is loaded
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-from onnx_search import Search, beam_search, greedy  # noqa: E402
-from onnx_text import load_tokenizer, read_config  # noqa: E402
+from pygpt_runtime.onnx_search import Search, beam_search, greedy
+from pygpt_runtime.onnx_text import load_tokenizer, read_config
 
 SPECIALS = ("[PAD]", "[BOS]", "[EOS]")
 BATCH_SIZE = 32
@@ -120,7 +118,8 @@ def read_lines(path: str) -> list[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    p = argparse.ArgumentParser(description="Translate with a pygpt seq2seq ONNX export.")
+    p = argparse.ArgumentParser(prog="pygpt-run",
+                                description="Translate with a pygpt seq2seq ONNX export.")
     p.add_argument("--model", required=True, help="the export folder (runner.json, *.onnx)")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", default=None, help="a sentence to translate")
@@ -155,6 +154,3 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.out is None:
         sys.stdout.write(text)
 
-
-if __name__ == "__main__":
-    main()

@@ -1,14 +1,14 @@
 """Run a pygpt model exported to ONNX, with onnxruntime and numpy only: generate text (gpt),
 fill masks or classify (bert; see onnx_bert.py), by the family its runner.json names.
 
-    python export/run_onnx.py --model out/onnx/ --prompt "ROMEO:" --max-new-tokens 500
-    python export/run_onnx.py --model bert/onnx/ --text "To be, or not to [MASK]" --top-k 5
-    python export/run_onnx.py --model cls/onnx/ --text "a cat" [--text-pair "a dog"]
+    pygpt-run --model out/onnx/ --prompt "ROMEO:" --max-new-tokens 500
+    pygpt-run --model bert/onnx/ --text "To be, or not to [MASK]" --top-k 5
+    pygpt-run --model cls/onnx/ --text "a cat" [--text-pair "a dog"]
 
-This folder is the deployment side: copy its .py files (run_onnx.py, onnx_text.py, onnx_bert.py,
-cli_checks.py) with the export folder to a machine that has `pip install -r export/requirements.txt` (no torch, no
-pygpt). Fill-mask and classify print what python -m pygpt.fill_mask / pygpt.classify --text
-print. For a gpt it mirrors pygpt's generator:
+(pygpt-run is `python -m pygpt_runtime`; it runs a translator's export with onnx_translate.py's
+flags.) This package is the deployment side: `pip install export/` on a machine without torch or
+pygpt, and copy the export folder there. Fill-mask and classify print what
+python -m pygpt.fill_mask / pygpt.classify --text print. For a gpt it mirrors pygpt's generator:
 the same KV-cache loop, the same sliding window (continue from the last half-context once the
 context is full) and the same greedy / temperature / top-k / top-p rules, so greedy text matches
 PyTorch's token for token. It refuses the sampling values pygpt.generate refuses
@@ -23,12 +23,10 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-if str(Path(__file__).resolve().parent) not in sys.path:  # its siblings, however it is loaded
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli_checks import HelpFormatter, check_sampling, exits_cleanly, utf8_text  # noqa: E402
-from onnx_bert import OnnxBERT, run_bert  # noqa: E402,F401  (OnnxBERT: for callers)
-from onnx_text import (RUNNER_CONFIG, decode_stream, open_export,  # noqa: E402,F401
-                       read_config)
+from pygpt_runtime.cli_checks import HelpFormatter, check_sampling, exits_cleanly, utf8_text
+from pygpt_runtime.onnx_bert import OnnxBERT, run_bert  # noqa: F401  (OnnxBERT: for callers)
+from pygpt_runtime.onnx_text import (RUNNER_CONFIG, decode_stream, open_export,  # noqa: F401
+                                     read_config)
 
 
 class OnnxGPT:
@@ -101,7 +99,7 @@ def stream(model: OnnxGPT, ids: np.ndarray, max_new_tokens: int, **sampling) -> 
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    p = argparse.ArgumentParser(prog="python export/run_onnx.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="pygpt-run", description=__doc__,
                                 formatter_class=HelpFormatter)
     p.add_argument("--model", required=True,
                    help="the export folder: runner.json, model.onnx (required)")
@@ -154,6 +152,3 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.stdout.write("\n")
         sys.stdout.flush()
 
-
-if __name__ == "__main__":
-    main()

@@ -69,9 +69,10 @@ def open_export(folder: Path, variant: str = "fp32", threads: Optional[int] = No
     return config, session, tokenizer
 
 
-class _Specials:
-    """Encoding with or without matching the special names, for every kind."""
-    special_tokens: dict[str, int] = {}
+class SpecialsEncoding:
+    """Encoding with or without matching the special names, for every kind (of this runner and of
+    pygpt.tokenizer): a subclass gives `_encode_text` and calls `_set_specials`."""
+    special_tokens: dict[str, int] = {}  # name -> id; empty without specials
     _pattern = None  # the special names, the longest first, as one captured alternation
 
     def _set_specials(self, special_tokens: dict[str, int]) -> None:
@@ -84,6 +85,7 @@ class _Specials:
         raise NotImplementedError
 
     def encode(self, text: str, parse_specials: bool = False) -> list[int]:
+        """The ids of text; with parse_specials, the special names in text give their ids."""
         if self._pattern is None or not parse_specials:
             return self._encode_text(text)
         ids: list[int] = []
@@ -92,7 +94,7 @@ class _Specials:
         return ids
 
 
-class CharTokenizer(_Specials):
+class CharTokenizer(SpecialsEncoding):
     """The character tokenizer of pygpt (tokenizer.json with kind 'char'); its special tokens
     follow the characters."""
 
@@ -112,7 +114,7 @@ class CharTokenizer(_Specials):
         return "".join(self.pieces[int(i)] for i in ids)
 
 
-class HFTokenizer(_Specials):
+class HFTokenizer(SpecialsEncoding):
     """A byte-level BPE or WordPiece tokenizer.json (HF format), through `tokenizers`."""
 
     def __init__(self, path: Path):

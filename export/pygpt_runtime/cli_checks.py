@@ -1,6 +1,7 @@
-"""The runner's command-line rules, torch-free: the checks of its sampling flags and text
-arguments, its --help formatter, and its clean exit on Ctrl-C or a closed pipe. They mirror
-pygpt's (pygpt.decoding.Sampling, pygpt.generate's checks, pygpt.cli's exits_cleanly), which this folder
+"""The command-line rules of the runner and of pygpt's commands, torch-free: the checks of the
+sampling flags and text arguments, the --help formatter, and the clean exit on Ctrl-C or a closed
+pipe. pygpt.cli takes the formatter, the text check and the clean exit from here; the sampling
+checks mirror pygpt's (pygpt.decoding.Sampling, pygpt.generate's checks), which this package
 cannot import; tests/test_runner_cli.py holds the two command lines to the same refusals."""
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ BROKEN_PIPE = 141  # exit status when the reader of stdout went away (128 + SIGP
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """--help with the module docstring as written and every flag's default: argparse's, unless
-    the help already says it in words (or the flag is required)."""
+    """--help with the module docstring as written (its example commands keep their lines) and
+    every flag's default: argparse's, unless the help already says it in words (or the flag is
+    required)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
