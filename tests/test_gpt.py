@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from helpers import ARCHS, TINY, V, close, make_model, rand_tokens, twin
-from pygpt.config import RELATIVE_ENCODINGS, ModelConfig, TrainConfig
+from pygpt.config import ModelConfig, TrainConfig
+from pygpt.positions import RELATIVE_ENCODINGS
 from pygpt.presets import preset
 from pygpt.data import LMBatch
 from pygpt.kernels import KERNELS

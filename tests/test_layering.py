@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pygpt"
 
 # Lowest first. A module belongs to the first layer with a prefix that names it or its package.
 LAYERS = [
-    ["pygpt.io", "pygpt.run_files", "pygpt.config", "pygpt.presets", "pygpt.cli",
+    ["pygpt.io", "pygpt.run_files", "pygpt.positions", "pygpt.config", "pygpt.presets", "pygpt.cli",
      "pygpt.cpu_isa"],
     ["pygpt.tokenizer", "pygpt.data", "pygpt.mlm_data", "pygpt.labelled_data", "pygpt.ops",
      "pygpt.linear_cross_entropy", "pygpt.fused_ops", "pygpt.op_support", "pygpt.plot",
