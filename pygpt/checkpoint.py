@@ -9,7 +9,7 @@ a kill cut short; `save` calls it first, and every reader here reads the committ
 writing (pygpt.io.read_committed). All three files record their step, so files of different
 saves side by side (copied or edited by hand) are a clear error, never loaded together.
 
-The model is rebuilt from its config by pygpt.models.build (the config's `arch` picks the
+The model is rebuilt from its config by pygpt.families.build (the config's `arch` picks the
 family). Format 1 checkpoints (written before the models were assembled from pygpt.nn) name the
 GPT's embedding weights differently; they load through LEGACY_NAMES."""
 from __future__ import annotations
@@ -25,7 +25,7 @@ from torch import nn
 
 from pygpt.config import ModelConfig, TrainConfig, config_from_dict, to_dict
 from pygpt.io import FolderWrite, read_committed, recover_folder
-from pygpt.models import build
+from pygpt.families import build
 from pygpt.run_files import CONFIG, LABELS, TOKENIZER, TRAIN_STATE, WEIGHTS
 from pygpt.tokenizer import Tokenizer, load_tokenizer
 

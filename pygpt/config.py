@@ -12,7 +12,7 @@ from pygpt.positions import ENCODINGS, encoding
 
 # The kernel sets a model can run on (see pygpt.kernels): ours, and the plain-PyTorch reference.
 KERNEL_SETS = ("ext", "torch")
-# The model families pygpt.models.build can assemble.
+# The model families (pygpt.families), by the name a config's `arch` gives.
 ARCHS = ("gpt", "bert", "seq2seq")
 
 

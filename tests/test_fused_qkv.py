@@ -15,7 +15,7 @@ from helpers import close, rand, spread_, state_dicts_equal
 from test_nn import separate_projections
 from pygpt.config import ModelConfig
 from pygpt.kernels import KERNELS
-from pygpt.models import build
+from pygpt.families import build
 from pygpt.nn import MultiHeadAttention
 from pygpt.nn.fused_linear import FusedLinear, weight_blocks
 from pygpt.run_files import WEIGHTS

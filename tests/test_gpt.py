@@ -16,7 +16,8 @@ from pygpt.positions import RELATIVE_ENCODINGS
 from pygpt.presets import preset
 from pygpt.data import LMBatch
 from pygpt.kernels import KERNELS
-from pygpt.models import GPT, GPTOutput, build
+from pygpt.families import build
+from pygpt.models import GPT, GPTOutput
 from pygpt.nn import KVCache, LayerNorm, MultiHeadAttention
 from pygpt.training import lr_at, make_optimizer, train, train_step
 

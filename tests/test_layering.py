@@ -20,10 +20,12 @@ LAYERS = [
     ["pygpt.nn"],
     ["pygpt.decoding", "pygpt.translation_search", "pygpt.text_translation"],
     ["pygpt.models"],
+    ["pygpt.tasks"],  # what a family trains for
+    ["pygpt.onnx_graph"],
+    ["pygpt.export_gpt", "pygpt.export_bert", "pygpt.export_seq2seq"],
+    ["pygpt.families"],
     ["pygpt.checkpoint"],
     ["pygpt.training"],
-    ["pygpt.onnx_graph"],
-    ["pygpt.export_bert", "pygpt.export_seq2seq"],
     ["pygpt.export"],
     ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",
      "pygpt.translate", "pygpt"],  # command lines, and the package's pygpt.load
