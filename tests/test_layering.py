@@ -24,7 +24,7 @@ LAYERS = [
     ["pygpt.onnx_graph"],
     ["pygpt.export_gpt", "pygpt.export_bert", "pygpt.export_seq2seq"],
     ["pygpt.families"],
-    ["pygpt.checkpoint"],
+    ["pygpt.compat", "pygpt.checkpoint"],
     ["pygpt.training"],
     ["pygpt.export"],
     ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",

@@ -26,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 from pygpt import checkpoint
+from pygpt.compat import stack_fused_states
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.families import Family, family
 from pygpt.plot import plot_runs
@@ -33,7 +34,7 @@ from pygpt.run_files import LOSS_PLOT, METRICS
 from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, WordPieceTokenizer
 from pygpt.training.distributed import Distributed
 from pygpt.training.metrics_log import append_metrics, truncate_metrics
-from pygpt.training.optim import lr_at, make_optimizer, stack_fused_states, warmup_warning
+from pygpt.training.optim import lr_at, make_optimizer, warmup_warning
 from pygpt.training.step import Diverged, check_finite_weights, train_step
 from pygpt.training.stop import StopRequest
 from pygpt.tasks import Task
