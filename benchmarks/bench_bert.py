@@ -49,7 +49,8 @@ import torch
 
 from machine import run_benchmark
 from pygpt.classify import load_classifier, predict
-from pygpt.presets import CLASSIFY_PRESET, preset
+from pygpt.families.bert import CLASSIFY_PRESET
+from pygpt.presets import preset
 from pygpt.labelled_data import Encoded, counts, held_out_split, macro_f1, read_labelled
 from pygpt.io import atomic_write_text
 from pygpt.run_files import METRICS

@@ -39,7 +39,7 @@ from machine import run_benchmark
 from pygpt.checkpoint import load
 from pygpt.config import ModelConfig
 from pygpt.data import TokenFile, TokenSplits
-from pygpt.models import build
+from pygpt.families import build
 from pygpt.presets import preset
 
 ENCODINGS = ["learned", "sinusoidal", "rotary", "relative", "alibi", "none"]

@@ -9,9 +9,9 @@ a kill cut short; `save` calls it first, and every reader here reads the committ
 writing (pygpt.io.read_committed). All three files record their step, so files of different
 saves side by side (copied or edited by hand) are a clear error, never loaded together.
 
-The model is rebuilt from its config by pygpt.models.build (the config's `arch` picks the
-family). Format 1 checkpoints (written before the models were assembled from pygpt.nn) name the
-GPT's embedding weights differently; they load through LEGACY_NAMES."""
+The model is rebuilt from its config by pygpt.families.build (the config's `arch` picks the
+family). Weights of older layouts (format 1; attention before its projections were fused) are
+rewritten by pygpt.compat before they load."""
 from __future__ import annotations
 
 import json
@@ -23,16 +23,16 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_model
 from torch import nn
 
+from pygpt.compat import upgrade_weights
 from pygpt.config import ModelConfig, TrainConfig, config_from_dict, to_dict
 from pygpt.io import FolderWrite, read_committed, recover_folder
-from pygpt.models import build
+from pygpt.families import build
 from pygpt.run_files import CONFIG, LABELS, TOKENIZER, TRAIN_STATE, WEIGHTS
 from pygpt.tokenizer import Tokenizer, load_tokenizer
 
 FORMAT = 2
 READABLE_FORMATS = (1, 2)
 # Format 1 weight names -> today's (prefixes).
-LEGACY_NAMES = {"tok_emb.": "embed.tok.", "pos_emb.": "embed.pos.", "embed_norm.": "embed.norm."}
 _READS = 3  # reads of files that a save committed in between left from different saves
 
 
@@ -151,17 +151,8 @@ def load(ckpt: Union[str, Path], kernels: str = "ext",
         raise ValueError(f"{path}: the tokenizer has {tokenizer.vocab_size} tokens but the model "
                          f"was configured for {model_cfg.vocab_size}")
     model = build(model_cfg, kernels=kernels)
-    if weights_format == "1":
-        state = {_legacy_name(name): t for name, t in state.items()}
-    _load_weights(model, state, weights)
+    _load_weights(model, upgrade_weights(model, state, weights_format), weights)
     return model.to(device).eval(), tokenizer
-
-
-def _legacy_name(name: str) -> str:
-    for old, new in LEGACY_NAMES.items():
-        if name.startswith(old):
-            return new + name[len(old):]
-    return name
 
 
 def _wrong_shapes(state: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) -> list[str]:

@@ -8,14 +8,12 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+from pygpt.positions import ENCODINGS, encoding
+
 # The kernel sets a model can run on (see pygpt.kernels): ours, and the plain-PyTorch reference.
 KERNEL_SETS = ("ext", "torch")
-# The model families pygpt.models.build can assemble.
+# The model families (pygpt.families), by the name a config's `arch` gives.
 ARCHS = ("gpt", "bert", "seq2seq")
-# The position encodings under which attention scores do not change when every position shifts
-# by the same amount (relative ones, or none at all): they add no absolute position vector to the
-# tokens, and a decoder may keep a rolling KV cache past its context length.
-RELATIVE_ENCODINGS = ("rotary", "relative", "alibi", "none")
 
 
 def opt(default: Any, help: str) -> Any:
@@ -65,7 +63,7 @@ class ModelConfig:
     n_embd: int = opt(128, "embedding width")
     dropout: float = opt(0.0, "dropout on embeddings and residual branches while training")
     bias: bool = opt(True, "biases in the attention and MLP projections")
-    pos_encoding: Literal["learned", "sinusoidal", "rotary", "relative", "alibi", "none"] = opt(
+    pos_encoding: Literal[tuple(ENCODINGS)] = opt(
         "learned", "position encoding: learned or sinusoidal vectors added to the tokens, rotary "
                    "(RoPE: each attention layer rotates queries and keys by position), a bias of "
                    "the attention scores (relative: learned per head and clipped distance; "
@@ -115,7 +113,7 @@ class ModelConfig:
         for name in ("dropout", "label_smoothing"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.pos_encoding == "rotary" and (not 0 <= self.rotary_dim <= self.qk_head_dim
+        if encoding(self.pos_encoding).rotary and (not 0 <= self.rotary_dim <= self.qk_head_dim
                                               or self.rotary_width % 2):
             raise ValueError(f"rotary_dim must be even and at most the query/key head width "
                              f"{self.qk_head_dim} (0: all of it), got {self.rotary_width}")

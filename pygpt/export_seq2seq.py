@@ -28,7 +28,6 @@ from typing import Union
 
 import torch
 
-from pygpt import checkpoint
 from pygpt.models import Seq2Seq
 from pygpt.nn import KVCache
 from pygpt.nn.decoder_block import DecoderCache
@@ -162,7 +161,7 @@ def _check_against_torch(model: Seq2Seq, folder: Path, tol: float = 1e-4) -> Non
                                    f"max error {err:.3g}")
 
 
-def export_seq2seq_model(model: Seq2Seq, tokenizer, out_dir: Union[str, Path],
+def export_seq2seq(model: Seq2Seq, tokenizer, out_dir: Union[str, Path],
                          quantize: Union[str, None] = None) -> list[Path]:
     """Exports a loaded seq2seq with its tokenizer into out_dir (module docstring); returns the
     files written."""
@@ -179,13 +178,3 @@ def export_seq2seq_model(model: Seq2Seq, tokenizer, out_dir: Union[str, Path],
     return write_export(Path(out_dir), _builders(model),
                         lambda folder: _check_against_torch(model, folder), quantize, tokenizer,
                         runner_config)
-
-
-def export_seq2seq(ckpt: Union[str, Path], out: Union[str, Path],
-                   int8: bool = False) -> list[Path]:
-    """Exports the seq2seq checkpoint folder ckpt into out; returns the files written."""
-    model, tokenizer = checkpoint.load(ckpt, kernels="ext")
-    if not isinstance(model, Seq2Seq):
-        raise ValueError(f"{ckpt} holds a {model.config.arch} model; this export is for seq2seq "
-                         "checkpoints")
-    return export_seq2seq_model(model, tokenizer, out, "int8" if int8 else None)

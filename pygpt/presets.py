@@ -1,5 +1,6 @@
 """The named starting points of a run (`python -m pygpt.train --preset NAME`): a ModelConfig and a
-TrainConfig each, and which one a run takes when --preset is not given."""
+TrainConfig each (which one a run takes when --preset is not given is its family's choice:
+pygpt.families)."""
 from __future__ import annotations
 
 import dataclasses
@@ -58,10 +59,6 @@ PRESETS: dict[str, Preset] = {
                                weight_decay=0.0, grad_clip=0.0)),
 }
 
-
-# The preset a run starts from when --preset is not given, per model family.
-DEFAULT_PRESETS = {"gpt": "baby", "bert": "bert-baby", "seq2seq": "seq2seq"}
-CLASSIFY_PRESET = "bert-classify"  # the default with --task classify
 
 
 def preset(name: str) -> Preset:

@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import shlex
 import signal
 import sys
 from pathlib import Path
@@ -24,14 +23,15 @@ from pygpt import checkpoint
 from pygpt.cli import add_dataclass_flags, overrides
 from pygpt.config import ModelConfig, TrainConfig, config_from_dict
 from pygpt.data import check_data_file
-from pygpt.presets import CLASSIFY_PRESET, DEFAULT_PRESETS, PRESETS, preset
+from pygpt.families import FAMILIES, family
+from pygpt.families.base import TRANSLATION_FILES
+from pygpt.presets import PRESETS, preset
 from pygpt.run_files import CONFIG
 from pygpt.training import train
 from pygpt.training.run_folder import RunFolder
 from pygpt.training.stop import StopRequest
 
 DEFAULT_BPE_VOCAB = 1024
-TRANSLATION_FILES = ("src_data", "tgt_data", "val_src", "val_tgt")  # a translator's data
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,8 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
             for name, p in PRESETS.items()))
     parser.add_argument("--preset", choices=list(PRESETS), default=None,
                         help="starting configuration (default: " + ", ".join(
-                            f"{p} for --arch {arch}" for arch, p in DEFAULT_PRESETS.items())
-                             + f", {CLASSIFY_PRESET} for --task classify)")
+                            f"{f.preset_for(task)} for --arch {arch}"
+                            + ("" if task == "pretrain" else f" --task {task}")
+                            for arch, f in FAMILIES.items() for task in f.tasks) + ")")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run saved in --out (exactly where it stopped)")
     parser.add_argument("--overwrite", action="store_true",
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfig]:
     model_flags, train_flags = overrides(args, ModelConfig), overrides(args, TrainConfig)
+    given = set(model_flags) | set(train_flags)
     out = Path(train_flags.get("out", TrainConfig.out))
     if args.resume:
         saved = checkpoint.read_config(out)
@@ -87,31 +89,27 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
         # The folder being resumed is where the run continues, wherever it was first written.
         train_flags.setdefault("out", str(out))
         train_cfg = _absolute_paths(dataclasses.replace(saved_train, **train_flags))
-        _check_translation(model_cfg, train_cfg, set(train_flags))
+        family(model_cfg.arch).check_settings(model_cfg, train_cfg, given)
         return model_cfg, train_cfg
     init_from = train_flags.get("init_from")
     if init_from is not None and Path(init_from).resolve() == out.resolve():
         raise SystemExit("--init-from and --out must differ: the source checkpoint is never "
                          "modified; fine-tuning writes its own folder")
     task = train_flags.get("task", preset(args.preset).train.task if args.preset else "pretrain")
-    base = preset(args.preset or (CLASSIFY_PRESET if task == "classify" else
-                                  DEFAULT_PRESETS[model_flags.get("arch", "gpt")]))
+    # Without --arch, the first family that trains for the task (a bert for classify).
+    arch = model_flags.get("arch") or next(f.name for f in FAMILIES.values() if task in f.tasks)
+    base = preset(args.preset or family(arch).preset_for(task))
     train_cfg = _absolute_paths(dataclasses.replace(base.train, **train_flags))
-    _check_task(train_cfg, model_flags)
     if train_cfg.init_from is not None:
         model_cfg = _fine_tune_model(train_cfg, model_flags, train_flags, base.model.pooling)
-        if train_cfg.task == "classify" and model_cfg.arch != "bert":
-            raise SystemExit(f"--task classify fine-tunes a bert; {train_cfg.init_from} holds a "
-                             f"{model_cfg.arch}")
-        _check_translation(model_cfg, train_cfg, set(train_flags))
-        return model_cfg, train_cfg
-    if "vocab_size" in model_flags and train_cfg.tokenizer == "char":
-        raise SystemExit("--vocab-size sets the size of a trained vocabulary (--tokenizer bpe or "
-                         "wordpiece); a char tokenizer takes its vocabulary from the text")
-    if train_cfg.tokenizer != "char" and base.train.tokenizer == "char":
-        model_flags.setdefault("vocab_size", DEFAULT_BPE_VOCAB)  # the preset's is a char count
-    model_cfg = dataclasses.replace(base.model, **model_flags)
-    _check_translation(model_cfg, train_cfg, set(train_flags))
+    else:
+        if "vocab_size" in model_flags and train_cfg.tokenizer == "char":
+            raise SystemExit("--vocab-size sets the size of a trained vocabulary (--tokenizer bpe "
+                             "or wordpiece); a char tokenizer takes its vocabulary from the text")
+        if train_cfg.tokenizer != "char" and base.train.tokenizer == "char":
+            model_flags.setdefault("vocab_size", DEFAULT_BPE_VOCAB)  # the preset's: a char count
+        model_cfg = dataclasses.replace(base.model, **model_flags)
+    family(model_cfg.arch).check_settings(model_cfg, train_cfg, given)
     return model_cfg, train_cfg
 
 
@@ -124,65 +122,11 @@ def _absolute_paths(cfg: TrainConfig) -> TrainConfig:
                                        if getattr(cfg, name) is not None})
 
 
-def _check_task(train_cfg: TrainConfig, model_flags: dict[str, Any]) -> None:
-    if train_cfg.task != "classify":
-        if train_cfg.val_data is not None:
-            raise SystemExit("--val-data is for --task classify (pretraining holds out the last "
-                             "tenth of --data)")
-        return
-    if "num_labels" in model_flags:
-        raise SystemExit("--task classify takes the number of classes from the labels in --data;"
-                         " --num-labels cannot set it")
-    if model_flags.get("arch", "bert") != "bert":
-        raise SystemExit("--task classify trains a bert; --arch must be bert")
-    if train_cfg.data is None:
-        raise SystemExit("--task classify needs --data: a TSV or CSV file with label and text "
-                         "columns")
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _check_translation(model_cfg: ModelConfig, train_cfg: TrainConfig, given: set[str]) -> None:
-    """Refuses a translator's flags for another model, and another model's for a translator;
-    given: the training flags on the command line."""
-    files = [name for name in TRANSLATION_FILES if getattr(train_cfg, name) is not None]
-    if model_cfg.arch != "seq2seq":
-        mine = files + sorted(given & {"max_tokens", "bleu_sentences"})
-        if mine:
-            raise SystemExit(f"{_flag(mine[0])} is for a translator (--arch seq2seq); a "
-                             f"{model_cfg.arch} trains on --data")
-        return
-    if train_cfg.data is not None or train_cfg.task != "pretrain":
-        raise SystemExit("--arch seq2seq trains on sentence pairs: --src-data and --tgt-data, "
-                         "not --data or --task classify")
-    if "batch_size" in given:
-        raise SystemExit("--arch seq2seq sizes its batches by tokens: --max-tokens, not "
-                         "--batch-size")
-    if train_cfg.tokenizer == "wordpiece":
-        raise SystemExit("--arch seq2seq takes --tokenizer bpe or char (a WordPiece has no "
-                         "[BOS] and [EOS])")
-    for name, partner in zip(TRANSLATION_FILES, ("tgt_data", "src_data", "val_tgt", "val_src")):
-        if getattr(train_cfg, name) is not None and getattr(train_cfg, partner) is None:
-            raise SystemExit(f"{_flag(name)} needs {_flag(partner)}: sources and their "
-                             "translations come in two files, line for line")
-    if train_cfg.src_data is None:
-        raise SystemExit("--arch seq2seq needs --src-data and --tgt-data: the source sentences "
-                         "and their translations, line for line")
-
-
 def _check_data_files(model_cfg: ModelConfig, train_cfg: TrainConfig) -> None:
     """Each data file of the run exists, is readable and not empty (before the folder is
     touched); whether they parse shows when the run reads them."""
-    if model_cfg.arch == "seq2seq":
-        for name in TRANSLATION_FILES:
-            if getattr(train_cfg, name) is not None:
-                check_data_file(getattr(train_cfg, name), _flag(name))
-        return
-    check_data_file(train_cfg.data)
-    if train_cfg.val_data is not None:
-        check_data_file(train_cfg.val_data, "--val-data")
+    for name, path in family(model_cfg.arch).data_files(train_cfg):
+        check_data_file(path, name)
 
 
 def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any],
@@ -209,16 +153,7 @@ def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any],
 
 def next_step(model_cfg: ModelConfig, train_cfg: TrainConfig, result: dict[str, Any]) -> str:
     """The line a run ends with: where its checkpoint is, its val loss, and what to run next."""
-    ckpt = shlex.quote(train_cfg.out)
-    if model_cfg.arch == "seq2seq":
-        command = f"python -m pygpt.translate --ckpt {ckpt} --text 'a sentence to translate'"
-    elif train_cfg.task == "classify" or model_cfg.num_labels:
-        command = f"python -m pygpt.classify --ckpt {ckpt} --text 'a text to classify'"
-    elif model_cfg.arch == "bert":
-        command = (f"python -m pygpt.fill_mask --ckpt {ckpt} "
-                   "--text 'To be, or not to be: that is the [MASK]'")
-    else:
-        command = f"python -m pygpt.generate --ckpt {ckpt} --prompt 'ROMEO:'"
+    command = family(model_cfg.arch).next_command(train_cfg.out, model_cfg, train_cfg)
     if "val_loss" not in result:
         done = (f"nothing to train: {train_cfg.out} is at step {result['step']} and --max-iters "
                 f"is {train_cfg.max_iters}")

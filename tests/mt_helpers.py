@@ -5,7 +5,7 @@ at different lengths and repeat little (a random model repeats one letter), and 
 import torch
 
 from pygpt.config import ModelConfig
-from pygpt.models import build
+from pygpt.families import build
 from pygpt.parallel_data import ParallelCorpus
 from pygpt.tokenizer import SEQ2SEQ_SPECIALS, CharTokenizer
 

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from helpers import close, spread_, twin
 from pygpt.config import ModelConfig, config_from_dict, to_dict
 from pygpt.presets import preset
-from pygpt.models import BERT, build
+from pygpt.families import build
+from pygpt.models import BERT
 from pygpt.models.bert import IGNORE_INDEX
 
 V = 30

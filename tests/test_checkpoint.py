@@ -19,7 +19,7 @@ import pygpt
 import pygpt.generate
 import pygpt.train
 from helpers import TINY_MODEL, edit_json, state_dicts_equal, tiny_train_cfg
-from pygpt import checkpoint
+from pygpt import checkpoint, compat
 from pygpt.config import TrainConfig
 from pygpt.io import atomic_write
 from pygpt.models import GPT
@@ -97,7 +97,7 @@ def test_new_checkpoint_is_format_2_with_its_arch(ckpt):
     assert json.loads(meta["model_config"])["arch"] == "gpt"
     assert "embed.pos.weight" in names
     assert names & {"embed.tok.weight", "lm_head.weight"}  # the tied pair, under either name
-    assert not [n for n in names if n.startswith(tuple(checkpoint.LEGACY_NAMES))]
+    assert not [n for n in names if n.startswith(tuple(compat.LEGACY_NAMES))]
 
 
 def test_unknown_format_is_a_clear_error(ckpt, capsys):

@@ -23,7 +23,7 @@ from pygpt.models import BERT
 from pygpt.run_files import LABELS
 from pygpt.tokenizer import CharTokenizer
 from pygpt.training import evaluate
-from pygpt.training.tasks import Classification
+from pygpt.tasks import Classification
 from test_finetune import folder_digest
 from test_labelled_data import write
 

@@ -25,6 +25,7 @@ import pygpt.train
 from helpers import state_dicts_equal, tiny_train_cfg
 from pygpt import checkpoint
 from pygpt import export as exporter
+from pygpt import export_gpt
 from pygpt.config import ModelConfig
 from pygpt.io import KILL_ENV, is_leftover, recover_folder
 from pygpt.run_files import CONFIG, ONNX_FP32, RUNNER_CONFIG, TOKENIZER
@@ -256,7 +257,7 @@ def test_kill_at_every_file_operation_of_an_export(exports, tmp_path, monkeypatc
     built = exports["new"][1] / ONNX_FP32
     # The child copies the new model.onnx instead of exporting it again (the same file
     # operations, seconds faster); the check against PyTorch still runs on it.
-    monkeypatch.setattr(exporter, "_to_onnx", lambda model, path: shutil.copyfile(built, path))
+    monkeypatch.setattr(export_gpt, "_to_onnx", lambda model, path: shutil.copyfile(built, path))
     folder = tmp_path / "onnx"
     seen = set()
 

@@ -10,7 +10,7 @@ import torch
 
 import pygpt.decoding
 from helpers import ARCHS, TINY, close, make_model, rand_tokens
-from pygpt.config import RELATIVE_ENCODINGS
+from pygpt.positions import RELATIVE_ENCODINGS
 from pygpt.decoding import Sampling, next_token, stream, window_keep, window_start
 
 

@@ -14,6 +14,7 @@ import torch
 from helpers import RUNNER_COMMAND, torch_free_env
 import pygpt
 from pygpt import export as exporter
+from pygpt import export_gpt
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.decoding import Sampling
 from pygpt.run_files import ONNX_FP32, ONNX_INT8, RUNNER_CONFIG, TOKENIZER
@@ -149,7 +150,7 @@ def test_failed_export_leaves_no_file(exported, tmp_path, monkeypatch):
     def disagree(*_args, **_kwargs):
         raise RuntimeError("exported model disagrees with PyTorch")
 
-    monkeypatch.setattr(exporter, "_check_against_torch", disagree)
+    monkeypatch.setattr(export_gpt, "_check_against_torch", disagree)
     with pytest.raises(RuntimeError, match="disagrees"):
         exporter.export(ckpt, out)
     assert list(out.iterdir()) == []

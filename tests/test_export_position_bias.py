@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from helpers import TINY, spread_
-from pygpt import export as gpt_export
+from pygpt import export_gpt as gpt_export
 from pygpt import export_bert
 from pygpt.config import ModelConfig
 from pygpt.models import BERT, GPT

@@ -13,6 +13,7 @@ import torch
 import pygpt.ops
 from helpers import TINY, make_model, rand_tokens, spread_
 from pygpt import export as exporter
+from pygpt import export_gpt
 from pygpt.config import ModelConfig
 from pygpt.nn.rotary import rotary_tables
 
@@ -76,16 +77,16 @@ CONFIGS = {
 def test_gpt_export_prefill_and_decode(name, tmp_path):
     model = make_model(CONFIGS[name], spread=0.3).eval()
     path = tmp_path / "model.onnx"
-    exporter._to_onnx(model, path)
-    exporter._check_against_torch(model, path)  # the export's own check: prefill + one step
+    export_gpt._to_onnx(model, path)
+    export_gpt._check_against_torch(model, path)  # the export's own check: prefill + one step
     import onnx
 
     domains = {node.domain for node in onnx.load(str(path)).graph.node}
     assert domains <= {"", "ai.onnx"}, f"custom-op domains left in the graph: {domains}"
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    inputs, _ = exporter.io_names(model.config.n_layer)
+    inputs, _ = export_gpt.io_names(model.config.n_layer)
     ids = rand_tokens(2, 5)
-    past = exporter.empty_past(model, 2)
+    past = export_gpt.empty_past(model, 2)
     with torch.no_grad():
         expected, cache = model.prefill(ids)
     while True:

@@ -20,7 +20,8 @@ from mt_helpers import CFG, reverser, tokenizer, words
 from pygpt import checkpoint
 from pygpt import export_seq2seq as exporter
 from pygpt.config import ModelConfig
-from pygpt.models import build
+from pygpt.export import export
+from pygpt.families import build
 from pygpt.run_files import RUNNER_CONFIG, TOKENIZER
 from pygpt.translate import main as translate_main
 from pygpt_runtime import onnx_translate
@@ -34,7 +35,7 @@ def exported(tmp_path_factory):
     root = tmp_path_factory.mktemp("mt-export")
     model = reverser()
     checkpoint.save(root / "ckpt", model, tokenizer())
-    written = exporter.export_seq2seq(root / "ckpt", root / "onnx", int8=True)
+    written = export(root / "ckpt", root / "onnx", "int8")
     return root / "ckpt", root / "onnx", model, written
 
 
@@ -116,11 +117,6 @@ def test_the_runner_needs_no_torch(exported, tmp_path):
 
 def test_failures_are_clean(exported, tmp_path, monkeypatch):
     _, onnx_dir, _, _ = exported
-    gpt = tmp_path / "gpt"
-    checkpoint.save(gpt, build(ModelConfig(vocab_size=14, block_size=8, n_layer=1, n_head=2,
-                                           n_embd=16)), tokenizer())
-    with pytest.raises(ValueError, match="holds a gpt model; this export is for seq2seq"):
-        exporter.export_seq2seq(gpt, tmp_path / "out")
 
     def broken(path):
         path.write_text("half")
@@ -128,7 +124,7 @@ def test_failures_are_clean(exported, tmp_path, monkeypatch):
 
     monkeypatch.setattr(exporter, "_builders", lambda model: {"encoder_model.onnx": broken})
     with pytest.raises(RuntimeError, match="the exporter failed"):
-        exporter.export_seq2seq_model(reverser(steps=0), tokenizer(), tmp_path / "failed")
+        exporter.export_seq2seq(reverser(steps=0), tokenizer(), tmp_path / "failed")
     assert list((tmp_path / "failed").iterdir()) == []  # nothing staged is left
     fake = tmp_path / "fake"
     fake.mkdir()
@@ -157,5 +153,5 @@ def test_position_encodings_export(encoding, tmp_path):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.3 * torch.randn_like(p))  # biases and tables away from their zero init
-    files = exporter.export_seq2seq_model(model, tokenizer(), tmp_path / "onnx")
+    files = exporter.export_seq2seq(model, tokenizer(), tmp_path / "onnx")
     assert {f.name for f in files} >= {"encoder_model.onnx", "decoder_with_past_model.onnx"}

@@ -19,7 +19,7 @@ from pygpt.config import TrainConfig, config_from_dict
 from pygpt.data import SHIPPED_TEXT, TokenFile
 from pygpt.models import GPT
 from pygpt.training import evaluate, lr_at
-from pygpt.training.tasks import LanguageModelling
+from pygpt.tasks import LanguageModelling
 
 SHAPE = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16"]
 RUN = ["--eval-iters", "2", "--batch-size", "4", "--quiet"]

@@ -2,7 +2,7 @@
 for self-attention's Q, K and V (cross-attention: K and V) gives what three separate nn.Linears
 with the same weights give, its outputs are views of one result, it draws the same initial
 weights as the separate layers did, and weights saved with separate `q`, `k`, `v` (the layout
-before the fusion) load into it and give the same outputs."""
+before the fusion) load into it (rewritten by pygpt.compat) and give the same outputs."""
 
 import pytest
 import torch
@@ -13,9 +13,10 @@ from torch import nn
 import pygpt
 from helpers import close, rand, spread_, state_dicts_equal
 from test_nn import separate_projections
+from pygpt.compat import stack_separate_projections
 from pygpt.config import ModelConfig
 from pygpt.kernels import KERNELS
-from pygpt.models import build
+from pygpt.families import build
 from pygpt.nn import MultiHeadAttention
 from pygpt.nn.fused_linear import FusedLinear, weight_blocks
 from pygpt.run_files import WEIGHTS
@@ -175,7 +176,7 @@ def test_old_layout_gpt_loads_and_gives_the_same_logits():
     assert not any(".qkv." in name for name in old)
     torch.manual_seed(1)
     loaded = build(GPT_CFG).eval()
-    loaded.load_state_dict(old)  # strict: nothing missing, nothing unexpected
+    loaded.load_state_dict(stack_separate_projections(loaded, old))  # strict: all of it
     ids = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert torch.equal(loaded(ids).logits, model(ids).logits)
@@ -191,7 +192,7 @@ def test_old_layout_seq2seq_loads_with_cross_attention():
     assert old["decoder.0.cross.v.weight"].shape == (24, 16)
     torch.manual_seed(1)
     loaded = build(SEQ2SEQ_CFG).eval()
-    loaded.load_state_dict(old)
+    loaded.load_state_dict(stack_separate_projections(loaded, old))
     assert all(torch.equal(t, model.state_dict()[name])
                for name, t in loaded.state_dict().items())
     src = torch.randint(0, 11, (2, 5), generator=torch.Generator().manual_seed(2))
@@ -225,7 +226,9 @@ def test_old_tensors_that_do_not_stack_are_reported():
     model = build(GPT_CFG)
     old = separate_layout(model)
     old["blocks.0.attn.k.weight"] = torch.zeros(16, 15)
-    missing, unexpected = build(GPT_CFG).load_state_dict(old, strict=False)
+    fresh = build(GPT_CFG)
+    missing, unexpected = fresh.load_state_dict(stack_separate_projections(fresh, old),
+                                                strict=False)
     assert missing == ["blocks.0.attn.qkv.weight"]
     assert sorted(unexpected) == [f"blocks.0.attn.{p}.weight" for p in "kqv"]
 
@@ -260,7 +263,8 @@ def test_a_run_saved_before_the_fusion_resumes_exactly(trained, tmp_path, text_f
 
     from helpers import TINY_MODEL, tiny_train_cfg
     from pygpt.run_files import TRAIN_STATE
-    from pygpt.training import make_optimizer, stack_fused_states, train
+    from pygpt.compat import stack_fused_states
+    from pygpt.training import make_optimizer, train
 
     fused, old = tmp_path / "fused", tmp_path / "old"
     for run in (fused, old):

@@ -11,11 +11,13 @@ import pytest
 import torch
 
 from helpers import ARCHS, TINY, V, close, make_model, rand_tokens, twin
-from pygpt.config import RELATIVE_ENCODINGS, ModelConfig, TrainConfig
+from pygpt.config import ModelConfig, TrainConfig
+from pygpt.positions import RELATIVE_ENCODINGS
 from pygpt.presets import preset
 from pygpt.data import LMBatch
 from pygpt.kernels import KERNELS
-from pygpt.models import GPT, GPTOutput, build
+from pygpt.families import build
+from pygpt.models import GPT, GPTOutput
 from pygpt.nn import KVCache, LayerNorm, MultiHeadAttention
 from pygpt.training import lr_at, make_optimizer, train, train_step
 

@@ -16,18 +16,20 @@ PACKAGE = REPO / "pygpt"
 
 # Lowest first. A module belongs to the first layer with a prefix that names it or its package.
 LAYERS = [
-    ["pygpt._build_info", "pygpt.io", "pygpt.run_files", "pygpt.config", "pygpt.presets",
-     "pygpt.cli", "pygpt.cpu_isa"],
+    ["pygpt._build_info", "pygpt.io", "pygpt.run_files", "pygpt.positions", "pygpt.config",
+     "pygpt.presets", "pygpt.cli", "pygpt.cpu_isa"],
     ["pygpt.tokenizer", "pygpt.data", "pygpt.mlm_data", "pygpt.labelled_data", "pygpt.ops",
      "pygpt.plot", "pygpt.parallel_data", "pygpt.bleu"],
     ["pygpt.kernels"],
     ["pygpt.nn"],
     ["pygpt.decoding", "pygpt.translation_search", "pygpt.text_translation"],
     ["pygpt.models"],
-    ["pygpt.checkpoint"],
-    ["pygpt.training"],
+    ["pygpt.tasks"],  # what a family trains for
     ["pygpt.onnx_graph"],
-    ["pygpt.export_bert", "pygpt.export_seq2seq"],
+    ["pygpt.export_gpt", "pygpt.export_bert", "pygpt.export_seq2seq"],
+    ["pygpt.families"],
+    ["pygpt.compat", "pygpt.checkpoint"],
+    ["pygpt.training"],
     ["pygpt.export"],
     ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",
      "pygpt.translate", "pygpt"],  # command lines, and the package's pygpt.load

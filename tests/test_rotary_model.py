@@ -1,4 +1,4 @@
-"""GPTs with rotary positions, score biases or none (pygpt.config.RELATIVE_ENCODINGS), and the ReLU MLP: our
+"""GPTs with rotary positions, score biases or none (pygpt.positions.RELATIVE_ENCODINGS), and the ReLU MLP: our
 kernels against plain PyTorch, prefill + decode through the cache against one full forward, the
 rolling KV cache past the context length (against re-running the last block_size tokens for a
 one-layer model, and against full-sequence sliding-window attention for a deeper one), the

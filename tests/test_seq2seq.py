@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from helpers import close
 from pygpt.config import ModelConfig
 from pygpt.mlm_data import IGNORE_INDEX
-from pygpt.models import Seq2Seq, build
+from pygpt.families import build
+from pygpt.models import Seq2Seq
 from pygpt.nn.decoder_block import DecoderCache
 
 V = 19

@@ -10,7 +10,7 @@ from mt_helpers import CFG, reverser, tokenizer
 from pygpt import checkpoint
 from pygpt.bleu import score
 from pygpt.config import ModelConfig
-from pygpt.models import build
+from pygpt.families import build
 from pygpt.translate import main
 from pygpt.translation_search import Search, translate
 

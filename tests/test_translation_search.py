@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pygpt.config import ModelConfig
-from pygpt.models import build
+from pygpt.families import build
 from pygpt.translation_search import Search, beam_search, greedy, length_penalty, translate
 
 PAD, BOS, EOS = 0, 1, 2

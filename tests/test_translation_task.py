@@ -1,4 +1,4 @@
-"""The translator's training task (pygpt.training.translation_task.Translation): batches drawn
+"""The translator's training task (pygpt.tasks.translation.Translation): batches drawn
 as a function of the generator's state within the token budget, the validation pass over every
 pair, the metrics against a direct computation, and one optimizer step of the seq2seq model on
 its batches through the loop's train_step; validation BLEU against greedy decoding, sentence by
@@ -11,11 +11,11 @@ import torch.nn.functional as F
 
 from pygpt.bleu import score
 from pygpt.config import ModelConfig
-from pygpt.models import build
+from pygpt.families import build
 from pygpt.parallel_data import ParallelCorpus
 from pygpt.tokenizer import SEQ2SEQ_SPECIALS, CharTokenizer
 from pygpt.training.step import train_step
-from pygpt.training.translation_task import Translation
+from pygpt.tasks.translation import Translation
 from pygpt.translation_search import Search, translate
 
 WORDS = ["ab", "abc", "b", "cab", "ccba", "bacab", "a"]
@@ -95,7 +95,7 @@ def test_validation_bleu_translates_a_fixed_subset_greedily(setup):
     tok, task = setup
     train, val = task.splits["train"], task.splits["val"]
     bleu_task = Translation(train, val, 120, tokenizer=tok, bleu_sentences=5, samples=2)
-    assert task.translation_metrics(None) == {}  # no subset asked for: nothing to do
+    assert task.model_metrics(None) == {}  # no subset asked for: nothing to do
     cfg = ModelConfig(arch="seq2seq", vocab_size=tok.vocab_size, block_size=24, n_layer=1,
                       n_head=2, n_embd=16)
     torch.manual_seed(0)
@@ -103,7 +103,7 @@ def test_validation_bleu_translates_a_fixed_subset_greedily(setup):
     for p in model.parameters():
         p.data.add_(torch.randn_like(p) * 0.5)
     model.train()
-    got = bleu_task.translation_metrics(model)
+    got = bleu_task.model_metrics(model)
     assert model.training  # restored
     sp = tok.special_tokens
     hyps, refs = [], []

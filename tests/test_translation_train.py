@@ -21,7 +21,7 @@ from pygpt.config import TrainConfig
 from pygpt.training.optim import lr_at
 from pygpt.tokenizer import SEQ2SEQ_SPECIALS
 from pygpt.train import main
-from pygpt.training.translation_task import held_out
+from pygpt.tasks.translation import held_out
 
 LETTERS = "abcdefgh"
 TINY = ["--arch", "seq2seq", "--tokenizer", "char", "--n-layer", "1", "--n-embd", "32",

@@ -9,12 +9,13 @@ from typing import Optional
 from pygpt.config import ModelConfig
 from pygpt.nn import MLP, Block, MultiHeadAttention, Rotary
 from pygpt.nn.decoder_block import DecoderBlock
+from pygpt.positions import encoding
 
 
 def _attention(cfg: ModelConfig, *, causal: bool, cross: bool = False) -> MultiHeadAttention:
     """Self-attention (rotary, if the config's positions are) or cross-attention (never)."""
     rotary = (Rotary(cfg.rotary_width, cfg.block_size, cfg.rope_base)
-              if cfg.pos_encoding == "rotary" and not cross else None)
+              if encoding(cfg.pos_encoding).rotary and not cross else None)
     return MultiHeadAttention(cfg.n_embd, cfg.n_head, cfg.qk_head_dim, causal=causal,
                               bias=cfg.bias, out_proj=cfg.attn_proj, dropout=cfg.dropout,
                               v_head_dim=cfg.v_head_dim, rotary=rotary, cross=cross)

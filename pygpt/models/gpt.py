@@ -15,11 +15,12 @@ from typing import NamedTuple, Optional
 import torch
 from torch import nn
 
-from pygpt.config import RELATIVE_ENCODINGS, ModelConfig
+from pygpt.config import ModelConfig
 from pygpt.decoding import Generates
 from pygpt.kernels import KernelModule
 from pygpt.models.blocks import transformer_block
 from pygpt.nn import Embeddings, KVCache, LayerNorm, gpt2_init, position_bias
+from pygpt.positions import encoding
 
 
 # From this vocabulary size on, forward with targets fuses the LM head into the loss
@@ -65,7 +66,7 @@ class GPT(KernelModule, Generates):
     def rolling_cache(self) -> bool:
         """Whether the cache keeps the last context_length positions, dropping the oldest, when
         decoding passes the context (valid only when attention depends on relative positions)."""
-        return self.config.pos_encoding in RELATIVE_ENCODINGS
+        return encoding(self.config.pos_encoding).relative
 
     def new_cache(self) -> KVCache:
         """An empty cache with room for one window (rolling: keeps the last window)."""

@@ -5,8 +5,8 @@ position. The attention itself is the kernel set's.
 
 The input projections are fused (pygpt.nn.fused_linear): self-attention computes Q, K and V with
 one matmul (`qkv`, W_Q, W_K and W_V stacked by rows), cross-attention K and V with one (`kv`) and
-Q from the decoder's side on its own (`q`). Weights saved with separate `q`, `k`, `v` load
-into the fused ones (a load_state_dict pre-hook stacks them)."""
+Q from the decoder's side on its own (`q`). Weights saved with separate `q`, `k`, `v` are
+stacked into the fused ones by pygpt.compat before they load."""
 from __future__ import annotations
 
 from typing import Optional
@@ -49,7 +49,6 @@ class MultiHeadAttention(KernelModule):
         self.proj = nn.Linear(inner_v, dim, bias=bias) if out_proj else None  # into the residual
         self.dropout = nn.Dropout(dropout)
         self.rotary = rotary
-        self.register_load_state_dict_pre_hook(_stack_separate_projections)
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         """(B, T, H * D) -> (B, H, T, D), a strided view (D: the query/key or value width)."""
@@ -110,22 +109,3 @@ class MultiHeadAttention(KernelModule):
         if self.proj is not None:
             y = self.proj(y)
         return self.dropout(y) if self.training else y  # no module call per decode step
-
-
-def _stack_separate_projections(module: MultiHeadAttention, state_dict: dict, prefix: str,
-                                *_) -> None:
-    """load_state_dict pre-hook: weights saved before the projections were fused hold
-    `q`, `k`, `v` (weight and bias each); they are stacked into the module's `qkv` (self-attention)
-    or `kv` (cross-attention, whose `q` stays). Tensors that cannot be stacked (other widths) are
-    left as they are, for load_state_dict to report."""
-    fused, parts = ("kv", ("k", "v")) if module.cross else ("qkv", ("q", "k", "v"))
-    for param in ("weight", "bias"):
-        old = [f"{prefix}{part}.{param}" for part in parts]
-        new = f"{prefix}{fused}.{param}"
-        if new in state_dict or not all(name in state_dict for name in old):
-            continue
-        tensors = [state_dict[name] for name in old]
-        if all(t.shape[1:] == tensors[0].shape[1:] for t in tensors):
-            state_dict[new] = torch.cat(tensors)
-            for name in old:
-                del state_dict[name]

@@ -1,7 +1,7 @@
 """The input layer: token embedding plus the position encoding (plus, for BERT, a segment
 embedding telling sentence A from sentence B), then optionally a layer norm (the `seed` preset's
 model and BERT normalise right after embedding), then dropout. The encodings that act inside
-attention instead (pygpt.config.RELATIVE_ENCODINGS) add nothing here."""
+attention instead (pygpt.positions: no `embedding` part) add nothing here."""
 from __future__ import annotations
 
 from typing import Optional
@@ -9,11 +9,11 @@ from typing import Optional
 import torch
 from torch import nn
 
-from pygpt.config import RELATIVE_ENCODINGS
 from pygpt.kernels import KernelModule
 from pygpt.nn.kv_cache import Positions, position_ids
 from pygpt.nn.layer_norm import LayerNorm
 from pygpt.nn.position import position_encoding
+from pygpt.positions import encoding
 
 
 class Embeddings(KernelModule):
@@ -23,8 +23,8 @@ class Embeddings(KernelModule):
         super().__init__()
         self.max_positions = max_positions
         self.tok = nn.Embedding(vocab_size, dim)
-        self.pos = (None if position in RELATIVE_ENCODINGS
-                    else position_encoding(position, max_positions, dim))
+        added = encoding(position).embedding
+        self.pos = None if added is None else position_encoding(added, max_positions, dim)
         self.seg = nn.Embedding(segments, dim) if segments else None
         self.drop = nn.Dropout(dropout)
         self.norm = LayerNorm(dim) if norm else None

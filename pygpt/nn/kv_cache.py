@@ -5,7 +5,7 @@ keys and values of the new positions and attends over all of them. The cache's l
 number of positions it holds; its position is the number seen, which is also where the next
 positions start. The two differ only in a rolling cache (a `window`), which keeps the last
 `window` positions and drops the oldest as new ones come, for models whose attention depends on
-relative positions only (pygpt.config.RELATIVE_ENCODINGS): decoding goes on past the context
+relative positions only (pygpt.positions.RELATIVE_ENCODINGS): decoding goes on past the context
 length without recomputing the window.
 
 Storage. A cache given a `capacity` (or a window) allocates (B, H, capacity, D) buffers on its

@@ -12,7 +12,9 @@ from typing import NamedTuple, Optional
 import torch
 from torch import nn
 
-# The pos_encoding values that are score biases (they add no position embedding).
+from pygpt.positions import encoding
+
+# The score biases implemented here (the `score_bias` part of pygpt.positions' encodings).
 SCORE_BIASES = ("relative", "alibi")
 
 
@@ -61,7 +63,8 @@ class PositionBias(nn.Module):
         return ScoreBias(alibi_slopes=self.slopes)
 
 
-def position_bias(kind: str, n_head: int, max_distance: int) -> Optional[PositionBias]:
-    """The model's PositionBias for a pos_encoding, or None where that encoding is not a score
-    bias (learned or sinusoidal embeddings)."""
-    return PositionBias(kind, n_head, max_distance) if kind in SCORE_BIASES else None
+def position_bias(pos_encoding: str, n_head: int, max_distance: int) -> Optional[PositionBias]:
+    """The model's PositionBias for a pos_encoding, or None where that encoding has no score
+    bias (pygpt.positions)."""
+    kind = encoding(pos_encoding).score_bias
+    return None if kind is None else PositionBias(kind, n_head, max_distance)

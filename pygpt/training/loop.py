@@ -1,6 +1,6 @@
 """The training loop and its evaluation.
 
-Batches from the task (pygpt.training.tasks: random context windows of the 90/10 split for a
+Batches from the task (pygpt.tasks: random context windows of the 90/10 split for a
 GPT, sentence pairs by token budget for a translator), the optimizer and schedule of
 pygpt.training.optim, gradient accumulation and clipping (pygpt.training.step); every
 eval_interval steps the mean loss over fixed batches of both splits is logged (metrics.jsonl) and
@@ -26,33 +26,28 @@ import torch
 from tqdm import tqdm
 
 from pygpt import checkpoint
+from pygpt.compat import stack_fused_states
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.data import TokenFile, read_chunks
-from pygpt.labelled_data import read_labelled
-from pygpt.models import build
+from pygpt.families import Family, family
 from pygpt.plot import plot_runs
 from pygpt.run_files import LOSS_PLOT, METRICS
-from pygpt.mlm_data import MLMBatches
-from pygpt.tokenizer import (SEQ2SEQ_SPECIALS, BPETokenizer, CharTokenizer, Tokenizer,
-                             WordPieceTokenizer)
+from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, WordPieceTokenizer
 from pygpt.training.distributed import Distributed
 from pygpt.training.metrics_log import append_metrics, truncate_metrics
-from pygpt.training.optim import lr_at, make_optimizer, stack_fused_states, warmup_warning
+from pygpt.training.optim import lr_at, make_optimizer, warmup_warning
 from pygpt.training.step import Diverged, check_finite_weights, train_step
 from pygpt.training.stop import StopRequest
-from pygpt.training.tasks import (Classification, LanguageModelling, MaskedLanguageModelling,
-                                  Task)
-from pygpt.training.translation_task import Translation, joint_text
+from pygpt.tasks import Task
 
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, task: Task, cfg: TrainConfig,
-             batch_size: Optional[int] = None, translate: bool = True) -> dict[str, Any]:
+             batch_size: Optional[int] = None, model_metrics: bool = True) -> dict[str, Any]:
     """The task's metrics per split ("train_loss", "val_loss", ...) over the same batches every
     time: eval_iters drawn with their own generator (so evaluating never changes the training
     data order), or the fixed pass a task may give instead (see Task.eval_batches). With
-    translate, a translator's task adds its validation BLEU (and val_samples, which are not
-    numbers: Translation.translation_metrics); model is the bare model, not a DDP wrapper."""
+    model_metrics, the task's figures that run the model are added (a translator's validation
+    BLEU, and val_samples, which are not numbers); model is the bare model, not a DDP wrapper."""
     model.eval()
     result = {}
     for i, split in enumerate(("train", "val")):
@@ -71,59 +66,26 @@ def evaluate(model: torch.nn.Module, task: Task, cfg: TrainConfig,
         except OverflowError:  # exp of a huge loss (perplexity): the weights are garbage
             raise Diverged(f"the evaluation's {split} loss is {means.get('loss')}") from None
         result.update({f"{split}_{name}": v for name, v in summary.items()})
-    if translate and hasattr(task, "translation_metrics"):
-        result.update(task.translation_metrics(model))
+    if model_metrics:
+        result.update(task.model_metrics(model))
     model.train()
     return result
 
 
-def make_tokenizer(model_cfg: ModelConfig, cfg: TrainConfig, resume: bool) -> Tokenizer:
+def make_tokenizer(family: Family, model_cfg: ModelConfig, cfg: TrainConfig,
+                   resume: bool) -> Tokenizer:
     """The run's own tokenizer when resuming, the source's when fine-tuning, else a new one
-    learned from the data (with BERT's special tokens for a BERT; for a translator, joint over
-    both sides, with SEQ2SEQ_SPECIALS)."""
+    learned from the family's text with the family's special tokens."""
     if resume:
         return checkpoint.read_tokenizer(cfg.out)
     if cfg.init_from is not None:
         return checkpoint.read_tokenizer(cfg.init_from)
-    specials = SEQ2SEQ_SPECIALS if model_cfg.arch == "seq2seq" else model_cfg.arch == "bert"
-    if model_cfg.arch == "seq2seq":
-        text = joint_text(cfg)
-    elif cfg.task == "pretrain":
-        text = read_chunks(cfg.data)
-    else:  # a classifier's: its texts
-        text = ["\n".join(t for e in read_labelled(cfg.data) for t in (e.text, e.text_pair) if t)]
+    text, specials = family.tokenizer_text(cfg), family.specials
     if cfg.tokenizer == "wordpiece":
         return WordPieceTokenizer.train(text, model_cfg.vocab_size)
     if cfg.tokenizer == "bpe":
         return BPETokenizer.train(text, model_cfg.vocab_size, specials=specials)
     return CharTokenizer.from_text(text, specials=specials)
-
-
-def make_task(model_cfg: ModelConfig, cfg: TrainConfig, tokenizer: Tokenizer,
-              ranks: Distributed, resume: bool = False) -> Task:
-    """The model family's task on the run's data. For a GPT, rank 0 writes the token cache
-    first and the others then map it. A resumed classifier keeps its saved labels. A
-    translator's pairs left out (empty, or too long for the model) are reported on stderr."""
-    if model_cfg.arch == "seq2seq":
-        task = Translation.from_files(cfg, tokenizer, model_cfg.block_size)
-        for name, corpus in task.splits.items():
-            if ranks.is_main and (corpus.skipped_empty or corpus.skipped_long):
-                print(f"note: {name} split: {corpus.summary}", file=sys.stderr)
-        return task
-    if cfg.task == "classify":
-        if model_cfg.arch != "bert":
-            raise ValueError(f"--task classify fine-tunes a bert, not a {model_cfg.arch}")
-        labels = checkpoint.load_labels(cfg.out) if resume else None
-        return Classification.from_files(cfg.data, cfg.val_data, tokenizer,
-                                         model_cfg.block_size, labels)
-    if model_cfg.arch == "bert":
-        return MaskedLanguageModelling(MLMBatches.from_file(cfg.data, tokenizer,
-                                                            model_cfg.block_size,
-                                                            nsp=model_cfg.nsp))
-    token_file = TokenFile.load(cfg.data, tokenizer) if ranks.is_main else None
-    ranks.barrier()
-    return LanguageModelling(token_file or TokenFile.load(cfg.data, tokenizer),
-                             model_cfg.block_size)
 
 
 def default_threads() -> int:
@@ -148,20 +110,22 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     torch.set_num_threads(cfg.threads if cfg.threads is not None else default_threads())
     out = Path(cfg.out)
     ranks = Distributed(cfg.device)
+    fam = family(model_cfg.arch)
     # Rank 0 learns the tokenizer and writes the token cache; the others take both from it.
-    tokenizer = ranks.share_tokenizer(make_tokenizer(model_cfg, cfg, resume)
+    tokenizer = ranks.share_tokenizer(make_tokenizer(fam, model_cfg, cfg, resume)
                                       if ranks.is_main else None)
     cfg = dataclasses.replace(cfg, tokenizer=tokenizer.kind)  # what the run really uses
     model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
-    task = make_task(model_cfg, cfg, tokenizer, ranks, resume)
-    labels = getattr(task, "labels", None)  # a classifier's, saved with each checkpoint
+    task = fam.make_task(model_cfg, cfg, tokenizer, ranks,
+                         checkpoint.load_labels(cfg.out) if resume else None)
+    labels = task.labels  # a classifier's, saved with each checkpoint
     if labels is not None:  # the head's classes come from the labels, as the vocabulary
         model_cfg = dataclasses.replace(model_cfg, num_labels=len(labels))
     elif model_cfg.num_labels:  # pretraining a classifier further keeps its labels
         labels = checkpoint.load_labels(cfg.out if resume else cfg.init_from)
 
     torch.manual_seed(cfg.seed)
-    model = build(model_cfg, kernels=cfg.kernels).to(cfg.device)
+    model = fam.build(model_cfg, kernels=cfg.kernels).to(cfg.device)
     optimizer = make_optimizer(model, cfg)
     data_gen = torch.Generator().manual_seed(cfg.seed)
     step = tokens_seen = 0
@@ -212,7 +176,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
         # of batch B step exactly like one process of batch N * B. A token-budget batch is not
         # cut by rows: each rank draws N and trains on its own (N ranks step as one process
         # of --grad-accum N times as large).
-        if getattr(task, "by_tokens", False):
+        if task.by_tokens:
             draws = [[task.batch("train", 0, data_gen) for _ in range(ranks.world)][ranks.rank]
                      for _ in range(cfg.grad_accum)]
             return [type(b)(*(t.to(cfg.device) for t in b)) for b in draws]
@@ -248,7 +212,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
                     tokens_seen += tokens
                     last = {"step": step, "tokens": tokens_seen, "lr": lr,
                             **evaluate(model, task, cfg, batch_size=cfg.batch_size * ranks.world,
-                                       translate=ranks.is_main),
+                                       model_metrics=ranks.is_main),
                             "tokens_per_s": tokens / max(train_time, 1e-9),
                             "elapsed_s": time.perf_counter() - t_start}
                     train_time, tokens = 0.0, 0

@@ -8,7 +8,6 @@ import torch
 from torch import nn
 
 from pygpt.config import TrainConfig
-from pygpt.nn.fused_linear import FusedLinear
 
 
 def schedule_end(cfg: TrainConfig) -> int:
@@ -64,34 +63,3 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     groups = [{"params": list(decay.values()), "weight_decay": cfg.weight_decay},
               {"params": rest, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
-
-
-
-def stack_fused_states(model: nn.Module, optimizer: torch.optim.Optimizer, saved: dict) -> dict:
-    """An optimizer state_dict saved when the model's fused linear layers (FusedLinear: the
-    attention's W_Q, W_K, W_V) were separate layers, rewritten for optimizer's parameters: each
-    fused weight or bias takes the place of its maps' entries, their moments stacked in map order
-    as the weights are. A state_dict that does not have that shape comes back unchanged, for the
-    loader to accept or refuse."""
-    maps = {id(p): len(m.widths) for m in model.modules() if isinstance(m, FusedLinear)
-            for p in (m.weight, m.bias) if p is not None}
-    groups = [group["params"] for group in optimizer.param_groups]
-    old_sizes = [sum(maps.get(id(p), 1) for p in params) for params in groups]
-    saved_groups = saved.get("param_groups") if isinstance(saved, dict) else None
-    if (not maps or not isinstance(saved_groups, list) or len(saved_groups) != len(groups)
-            or [len(g.get("params", ())) for g in saved_groups] != old_sizes):
-        return saved
-    state, new_state, old, new = saved.get("state", {}), {}, 0, 0
-    for params in groups:
-        for p in params:
-            n = maps.get(id(p), 1)
-            entries = [state[i] for i in range(old, old + n) if i in state]
-            if len(entries) == n:
-                new_state[new] = {key: torch.cat([e[key] for e in entries]) if torch.is_tensor(
-                    value) and value.dim() > 0 else value for key, value in entries[0].items()}
-            old, new = old + n, new + 1
-    new_groups, start = [], 0
-    for group, params in zip(saved_groups, groups):
-        new_groups.append({**group, "params": list(range(start, start + len(params)))})
-        start += len(params)
-    return {"state": new_state, "param_groups": new_groups}

@@ -1,4 +1,4 @@
-"""The training task of the encoder-decoder translator (arch seq2seq), on pygpt.training.tasks'
+"""The training task of the encoder-decoder translator (arch seq2seq), on pygpt.tasks'
 Task protocol: batches of sentence pairs by token budget (pygpt.parallel_data), and an
 evaluation that reports the label-smoothed loss the model trains on, the plain per-token
 cross-entropy (nll) with its perplexity, and next-token accuracy, all per target token.
@@ -10,7 +10,7 @@ requires (the loop saves that state only). Batches are thus drawn with replaceme
 walked epoch by epoch. `batch_size` is not used: max_tokens sets the size.
 
 An evaluation passes over the whole validation set in order, and over `iters` random batches
-of the training set. With bleu_sentences (and the tokenizer), `translation_metrics(model)` also
+of the training set. With bleu_sentences (and the tokenizer), `model_metrics(model)` also
 translates the first bleu_sentences validation pairs by greedy decoding (pygpt.text_translation)
 and scores them against their targets with sacreBLEU (pygpt.bleu): val_bleu, val_bleu_lc
 (lowercased) and val_chrf, plus `samples` of those translations (source, reference, output) as
@@ -37,7 +37,7 @@ from pygpt.mlm_data import IGNORE_INDEX
 from pygpt.parallel_data import (ParallelCorpus, TranslationBatch, bucket_batches, read_lines,
                                  read_pairs)
 from pygpt.text_translation import translate_ids
-from pygpt.training.tasks import Metrics
+from pygpt.tasks import Metrics, TaskDefaults
 from pygpt.translation_search import Search
 
 BUCKETING_SEED = 0  # the fixed order each split's batches are cut in
@@ -61,7 +61,7 @@ def held_out(n: int) -> np.ndarray:
     return mask
 
 
-class Translation:
+class Translation(TaskDefaults):
     by_tokens = True  # batches sized by max_tokens: not to be sliced by rows
 
     def __init__(self, train: ParallelCorpus, val: ParallelCorpus, max_tokens: int,
@@ -129,7 +129,7 @@ class Translation:
     def summarise(self, means: dict[str, float]) -> dict[str, float]:
         return {**means, "ppl": math.exp(means["nll"])}
 
-    def translation_metrics(self, model) -> dict[str, Any]:
+    def model_metrics(self, model) -> dict[str, Any]:
         """Validation BLEU on the fixed subset (module docstring); {} without one."""
         if not self.bleu_pairs:
             return {}

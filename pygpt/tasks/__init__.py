@@ -10,9 +10,12 @@ looks inside either.
   accuracy.
 - Classification (BERT fine-tuning): labelled texts (pygpt.labelled_data); reports loss,
   accuracy and macro-F1, on the whole validation set every time.
-- Translation (seq2seq; pygpt.training.translation_task): sentence pairs in token-budget
-  batches. It adds two optional members the loop looks for: `by_tokens` (its batches are not
-  sliced by rows across ranks) and `translation_metrics(model)` (validation BLEU).
+- Translation (seq2seq; pygpt.tasks.translation): sentence pairs in token-budget
+  batches (`by_tokens`: ranks draw their own batches instead of slicing one by rows), and
+  validation BLEU from its `model_metrics`.
+
+Every task answers the same members (TaskDefaults gives the common answers), so the loop never
+asks which task, or which family, it runs.
 """
 from __future__ import annotations
 
@@ -52,8 +55,25 @@ class Task(Protocol):
     def describe(self, record: dict[str, Any]) -> str:
         """One line on an evaluation record, for the progress output."""
 
+    by_tokens: bool  # batches sized by a token budget: each rank draws its own, unsliced
+    labels: Optional[list[str]]  # a classifier's classes (saved with the checkpoint), or None
 
-class _DrawnEvaluation:
+    def model_metrics(self, model: Any) -> dict[str, Any]:
+        """Figures of an evaluation that run the model beyond its loss (a translator's BLEU),
+        on the bare model; {} for none."""
+
+
+class TaskDefaults:
+    """What most tasks answer: batches sliced by rows, no labels, no model metrics."""
+
+    by_tokens = False
+    labels: Optional[list[str]] = None
+
+    def model_metrics(self, model: Any) -> dict[str, Any]:
+        return {}
+
+
+class _DrawnEvaluation(TaskDefaults):
     """Evaluates on `iters` random batches of each split."""
 
     def eval_batches(self, split, batch_size, generator, iters):

@@ -1,0 +1,89 @@
+"""What a model family is to the rest of pygpt: one object per family (pygpt.families.gpt, .bert,
+.translator) owns its model class, the special tokens its tokenizer learns, its training task,
+the checks of the settings that concern it, its ONNX exporter, its default preset and the
+command a finished run suggests next. The command lines, the training loop, the checkpoint
+loader and the exporter ask the family for these, never test which family they hold, so a new
+family is a new module here (and its model and task), not a change spread over the package."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from torch import nn
+
+from pygpt.config import ModelConfig, TrainConfig
+from pygpt.data import read_chunks
+from pygpt.tokenizer import Specials, Tokenizer
+from pygpt.tasks import Task
+
+# The training data flags of a translator: the files it reads instead of --data.
+TRANSLATION_FILES = ("src_data", "tgt_data", "val_src", "val_tgt")
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a config field."""
+    return "--" + name.replace("_", "-")
+
+
+class Family:
+    """The defaults every family shares; a family overrides what differs."""
+
+    name: str  # the config's `arch`
+    model: type[nn.Module]
+    default_preset: str  # pygpt.presets' name of the run a bare --arch starts from
+    tasks: tuple[str, ...] = ("pretrain",)  # the values of --task it trains for
+    specials: Specials = False  # the special tokens its tokenizer learns (pygpt.tokenizer)
+
+    def build(self, cfg: ModelConfig, kernels: str = "ext") -> nn.Module:
+        """A freshly initialised model of this family on the given kernel set."""
+        return self.model(cfg, kernels=kernels)
+
+    def preset_for(self, task: str) -> str:
+        """The preset a run of this family starts from when --preset is not given."""
+        return self.default_preset
+
+    def check_settings(self, model_cfg: ModelConfig, train_cfg: TrainConfig,
+                       given: set[str]) -> None:
+        """Refuses (ValueError, one line) settings that do not apply to this family; given: the
+        names of the flags on the command line. By default: another task than pretraining, and
+        a translator's or a classifier's data flags."""
+        if train_cfg.task not in self.tasks:
+            where = (f"{train_cfg.init_from} holds a {self.name}" if train_cfg.init_from
+                     else f"--arch must be bert, not {self.name}")
+            raise ValueError(f"--task {train_cfg.task} fine-tunes a bert; {where}")
+        self.refuse_val_data(train_cfg)
+        self.refuse_translation_flags(train_cfg, given)
+
+    def refuse_val_data(self, train_cfg: TrainConfig) -> None:
+        if train_cfg.val_data is not None:
+            raise ValueError("--val-data is for --task classify (pretraining holds out the last "
+                             "tenth of --data)")
+
+    def refuse_translation_flags(self, train_cfg: TrainConfig, given: set[str]) -> None:
+        files = [name for name in TRANSLATION_FILES if getattr(train_cfg, name) is not None]
+        theirs = files + sorted(given & {"max_tokens", "bleu_sentences"})
+        if theirs:
+            raise ValueError(f"{flag(theirs[0])} is for a translator (--arch seq2seq); a "
+                             f"{self.name} trains on --data")
+
+    def data_files(self, train_cfg: TrainConfig) -> list[tuple[str, Optional[str]]]:
+        """(flag, path) of each data file the run reads (path None: the shipped text)."""
+        return [("--data", train_cfg.data)]
+
+    def tokenizer_text(self, train_cfg: TrainConfig) -> Any:
+        """The text a new tokenizer is learned from: a string, or an iterable of them."""
+        return read_chunks(train_cfg.data)
+
+    def make_task(self, model_cfg: ModelConfig, train_cfg: TrainConfig, tokenizer: Tokenizer,
+                  ranks: Any, labels: Optional[list[str]]) -> Task:
+        """The training task on the run's data; labels: those a resumed run saved, if any."""
+        raise NotImplementedError
+
+    def export(self, model: nn.Module, tokenizer: Tokenizer, labels: Optional[list[str]],
+               out_dir: Path, quantize: Optional[str]) -> list[Path]:
+        """Writes the ONNX export folder of a loaded model; returns the files written."""
+        raise NotImplementedError
+
+    def next_command(self, ckpt: str, model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
+        """The command a finished run suggests, on its checkpoint folder ckpt."""
+        raise NotImplementedError

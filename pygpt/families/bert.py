@@ -1,0 +1,69 @@
+"""The encoder-only BERT: masked-LM (and next-sentence) pretraining on a text, fine-tuning to
+classify labelled texts (--task classify), fill-mask, and its export as one encoder graph
+(pygpt.export_bert)."""
+from __future__ import annotations
+
+import shlex
+
+from pygpt.export_bert import export_bert
+from pygpt.families.base import Family
+from pygpt.labelled_data import read_labelled
+from pygpt.mlm_data import MLMBatches
+from pygpt.models import BERT
+from pygpt.tasks import Classification, MaskedLanguageModelling
+
+CLASSIFY_PRESET = "bert-classify"  # the preset of --task classify
+
+
+class BERTFamily(Family):
+    name = "bert"
+    model = BERT
+    default_preset = "bert-baby"
+    tasks = ("pretrain", "classify")
+    specials = True  # [PAD] [UNK] [CLS] [SEP] [MASK]
+
+    def preset_for(self, task):
+        return CLASSIFY_PRESET if task == "classify" else self.default_preset
+
+    def check_settings(self, model_cfg, train_cfg, given):
+        self.refuse_translation_flags(train_cfg, given)
+        if train_cfg.task != "classify":
+            self.refuse_val_data(train_cfg)
+            return
+        if "num_labels" in given:
+            raise ValueError("--task classify takes the number of classes from the labels in "
+                             "--data; --num-labels cannot set it")
+        if train_cfg.data is None:
+            raise ValueError("--task classify needs --data: a TSV or CSV file with label and "
+                             "text columns")
+
+    def data_files(self, train_cfg):
+        files = [("--data", train_cfg.data)]
+        return files + ([("--val-data", train_cfg.val_data)] if train_cfg.val_data else [])
+
+    def tokenizer_text(self, train_cfg):
+        if train_cfg.task == "pretrain":
+            return super().tokenizer_text(train_cfg)
+        # A classifier's tokenizer (trained from scratch): its texts.
+        return ["\n".join(t for e in read_labelled(train_cfg.data) for t in (e.text, e.text_pair)
+                          if t)]
+
+    def make_task(self, model_cfg, train_cfg, tokenizer, ranks, labels):
+        if train_cfg.task == "classify":
+            return Classification.from_files(train_cfg.data, train_cfg.val_data, tokenizer,
+                                             model_cfg.block_size, labels)
+        return MaskedLanguageModelling(MLMBatches.from_file(train_cfg.data, tokenizer,
+                                                            model_cfg.block_size,
+                                                            nsp=model_cfg.nsp))
+
+    def export(self, model, tokenizer, labels, out_dir, quantize):
+        return export_bert(model, tokenizer, labels, out_dir, quantize)
+
+    def next_command(self, ckpt, model_cfg, train_cfg):
+        if train_cfg.task == "classify" or model_cfg.num_labels:
+            return f"python -m pygpt.classify --ckpt {shlex.quote(ckpt)} --text 'a text to classify'"
+        return (f"python -m pygpt.fill_mask --ckpt {shlex.quote(ckpt)} "
+                "--text 'To be, or not to be: that is the [MASK]'")
+
+
+BERT_FAMILY = BERTFamily()

@@ -1,0 +1,33 @@
+"""The decoder-only GPT: next-token pretraining on a text, text generation, and its export as one
+ONNX graph with a KV cache (pygpt.export_gpt)."""
+from __future__ import annotations
+
+import shlex
+
+from pygpt.data import TokenFile
+from pygpt.export_gpt import export_gpt
+from pygpt.families.base import Family
+from pygpt.models import GPT
+from pygpt.tasks import LanguageModelling
+
+
+class GPTFamily(Family):
+    name = "gpt"
+    model = GPT
+    default_preset = "baby"
+
+    def make_task(self, model_cfg, train_cfg, tokenizer, ranks, labels):
+        """Rank 0 writes the token cache first; the other ranks then map it."""
+        token_file = TokenFile.load(train_cfg.data, tokenizer) if ranks.is_main else None
+        ranks.barrier()
+        return LanguageModelling(token_file or TokenFile.load(train_cfg.data, tokenizer),
+                                 model_cfg.block_size)
+
+    def export(self, model, tokenizer, labels, out_dir, quantize):
+        return export_gpt(model, tokenizer, out_dir, quantize)
+
+    def next_command(self, ckpt, model_cfg, train_cfg):
+        return f"python -m pygpt.generate --ckpt {shlex.quote(ckpt)} --prompt 'ROMEO:'"
+
+
+GPT_FAMILY = GPTFamily()
