@@ -121,6 +121,11 @@ class BuildWithCpuIsas(BuildExtension):
     its own namespace), merges each ISA's objects with `ld -r` (section groups dissolved, so no
     inline function is shared across ISAs) and keeps only its kernel table global (objcopy)."""
 
+    def run(self):
+        super().run()
+        if self.inplace:  # --inplace and editable installs: the source tree is the package
+            self.write_build_info(self.get_finalized_command("build_py").get_package_dir("pygpt"))
+
     def build_extension(self, ext):
         self.write_build_info(os.path.dirname(self.get_ext_fullpath(ext.name)))
         ext.extra_objects = [self.isa_object(isa, flags) for isa, flags in CPU_ISAS.items()]
