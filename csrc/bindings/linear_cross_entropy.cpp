@@ -5,6 +5,7 @@
 // (pygpt/linear_cross_entropy.py says why; its fake repeats the shape checks for traced calls).
 // The messages of the checks are those of Python's: shapes as tuples, dtypes as torch.<name>.
 #include <ATen/ATen.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <typeinfo>
 
 #include "bindings/autograd_support.h"
 
