@@ -6,10 +6,11 @@
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
-#include "bindings/fused_args.h"
+#include "bindings/add_layer_norm_args.h"
+#include "bindings/checks.h"
+#include "bindings/layer_norm_args.h"
 #include "bindings/parallel_rows.h"
 #include "bindings/row_partials.h"
-#include "bindings/validate.h"
 #include "dispatch/cpu_dispatch.h"
 
 namespace pygpt {

@@ -4,9 +4,10 @@
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
+#include "bindings/add_layer_norm_args.h"
+#include "bindings/checks.h"
 #include "bindings/cuda_utils.h"
-#include "bindings/fused_args.h"
-#include "bindings/validate.h"
+#include "bindings/layer_norm_args.h"
 #include "cuda/layer_norm.h"
 
 namespace pygpt {

@@ -7,7 +7,8 @@
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
-#include "bindings/validate.h"
+#include "bindings/attention_args.h"
+#include "bindings/checks.h"
 #include "dispatch/cpu_dispatch.h"
 
 namespace pygpt {

@@ -4,8 +4,9 @@
 #include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
+#include "bindings/attention_args.h"
+#include "bindings/checks.h"
 #include "bindings/cuda_utils.h"
-#include "bindings/validate.h"
 #include "cuda/attention.h"
 
 namespace pygpt {

@@ -1,5 +1,11 @@
-// What the C++ autograd of the pygpt ops (autograd.cpp, autograd_fused.cpp) shares: typed handles
-// of the ops, called through the dispatcher, and optional tensors as saved for backward.
+// What the C++ autograd of the pygpt ops shares: typed handles of the ops, called through the
+// dispatcher, and optional tensors as saved for backward.
+//
+// Each op's Autograd kernel (in the op's own <op>.cpp) is a torch::autograd::Function whose
+// forward runs the op below autograd (its CPU or CUDA kernel) and whose backward calls the op's
+// backward kernel, so a training step runs no Python per op call (pygpt/ops.py registers only
+// the fake implementations). The gradients are those the ops' schemas document; the auxiliary
+// outputs (lse, mean, rstd) are not differentiable.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>

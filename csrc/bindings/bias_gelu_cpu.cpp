@@ -5,10 +5,10 @@
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
-#include "bindings/fused_args.h"
+#include "bindings/bias_gelu_args.h"
+#include "bindings/checks.h"
 #include "bindings/parallel_rows.h"
 #include "bindings/row_partials.h"
-#include "bindings/validate.h"
 #include "dispatch/cpu_dispatch.h"
 
 namespace pygpt {

@@ -3,9 +3,9 @@
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
+#include "bindings/bias_gelu_args.h"
+#include "bindings/checks.h"
 #include "bindings/cuda_utils.h"
-#include "bindings/fused_args.h"
-#include "bindings/validate.h"
 #include "cuda/bias_gelu.h"
 
 namespace pygpt {

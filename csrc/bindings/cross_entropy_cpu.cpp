@@ -6,8 +6,9 @@
 #include <ATen/ops/scalar_tensor.h>
 #include <torch/library.h>
 
+#include "bindings/checks.h"
+#include "bindings/cross_entropy_args.h"
 #include "bindings/parallel_rows.h"
-#include "bindings/validate.h"
 #include "dispatch/cpu_dispatch.h"
 
 namespace pygpt {

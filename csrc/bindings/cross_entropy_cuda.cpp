@@ -4,8 +4,9 @@
 #include <ATen/ATen.h>  // tensor comparison operators for the target check
 #include <torch/library.h>
 
+#include "bindings/checks.h"
+#include "bindings/cross_entropy_args.h"
 #include "bindings/cuda_utils.h"
-#include "bindings/validate.h"
 #include "cuda/cross_entropy.h"
 
 namespace pygpt {

@@ -7,8 +7,9 @@
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
+#include "bindings/checks.h"
+#include "bindings/layer_norm_args.h"
 #include "bindings/parallel_rows.h"
-#include "bindings/validate.h"
 #include "dispatch/cpu_dispatch.h"
 
 namespace pygpt {

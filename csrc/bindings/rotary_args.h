@@ -1,4 +1,5 @@
-// The argument checks and kernel layout of pygpt.rotary, shared by its CPU and CUDA bindings.
+// The argument checks and kernel layout of pygpt.rotary (rotary.cpp), shared by its CPU and CUDA
+// bindings.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -3,9 +3,9 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "bindings/checks.h"
 #include "bindings/parallel_rows.h"
 #include "bindings/rotary_args.h"
-#include "bindings/validate.h"
 #include "dispatch/cpu_dispatch.h"
 
 namespace pygpt {

@@ -1,9 +1,9 @@
 // CUDA binding of pygpt.rotary.
 #include <torch/library.h>
 
+#include "bindings/checks.h"
 #include "bindings/cuda_utils.h"
 #include "bindings/rotary_args.h"
-#include "bindings/validate.h"
 #include "cuda/rotary.h"
 
 namespace pygpt {

@@ -21,8 +21,9 @@ Importing this package loads the compiled extension `pygpt._C`, which registers
   csrc/common/: what both share (the attention shape).
 
 pygpt.ops.registry is the list of the ops, which pygpt.kernels, the ONNX exporter, the tests and
-CI read. linear_cross_entropy is composed in Python of the cross-entropy ops (a
-torch.library custom op), so it has no kernels of its own.
+CI read. linear_cross_entropy (csrc/bindings/linear_cross_entropy.cpp) is composed of ATen's
+matmuls and the cross-entropy ops, one composite C++ implementation for every device, so it has
+no kernels of its own.
 """
 from __future__ import annotations
 

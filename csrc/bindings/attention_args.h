@@ -1,5 +1,5 @@
-// Argument checks shared by the ops' bindings. Each failure raises a c10::Error (RuntimeError or
-// ValueError in Python) whose message names the op, the argument and what was expected.
+// The argument checks of pygpt.attention and its backward (attention.cpp), shared by their CPU
+// and CUDA bindings.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -9,16 +9,6 @@
 #include "common/attention_shape.h"
 
 namespace pygpt {
-
-// t is float32 or float64 (the dtypes the CPU kernels implement).
-void check_cpu_float(const at::Tensor& t, const char* op, const char* name);
-
-// t is a CUDA tensor of float32 or bfloat16 (the dtypes the CUDA kernels implement).
-void check_cuda_float(const at::Tensor& t, const char* op, const char* name);
-
-// t has the dtype and device of ref.
-void check_matches(const at::Tensor& t, const char* name, const at::Tensor& ref,
-                   const char* ref_name, const char* op);
 
 // A checked attention call: its shape, whose length pointers (if any) point into the int32
 // length tensors held here (keep the whole struct alive while the kernels run).
@@ -50,13 +40,5 @@ AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at:
                              const std::optional<at::Tensor>& kv_lengths,
                              const std::optional<at::Tensor>& rel_bias,
                              const std::optional<at::Tensor>& alibi_slopes, const char* op);
-
-// weight and bias, when given, are (C,) for x (..., C), with x's dtype and device.
-void check_layer_norm_args(const at::Tensor& x, const std::optional<at::Tensor>& weight,
-                           const std::optional<at::Tensor>& bias, const char* op);
-
-// logits (N, V) floating, targets (N,) int64 on the same device; label_smoothing finite in [0, 1].
-void check_cross_entropy_args(const at::Tensor& logits, const at::Tensor& targets,
-                              double label_smoothing, const char* op);
 
 }  // namespace pygpt

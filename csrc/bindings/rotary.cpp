@@ -1,10 +1,14 @@
-#include "bindings/rotary_args.h"
-
+// pygpt.rotary, its home: the op's schema, its argument checks (rotary_args.h, for the CPU and
+// CUDA bindings rotary_cpu.cpp and rotary_cuda.cpp) and its autograd in C++
+// (autograd_support.h).
 #include <ATen/ops/aminmax.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
+#include <torch/library.h>
 
-#include "bindings/validate.h"
+#include "bindings/autograd_support.h"
+#include "bindings/checks.h"
+#include "bindings/rotary_args.h"
 
 namespace pygpt {
 
@@ -46,5 +50,48 @@ RotaryArgs rotary_args(const at::Tensor& x, const at::Tensor& cos, const at::Ten
                         pos_b, pos_t, inverse};
   return a;
 }
+
+namespace {
+
+using RotaryFn = Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool);
+
+struct Rotary : torch::autograd::Function<Rotary> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& cos,
+                        const Tensor& sin, const Tensor& positions, bool inverse) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    static const auto rotary = op<RotaryFn>("pygpt::rotary");
+    ctx->save_for_backward({cos, sin, positions});
+    ctx->saved_data["inverse"] = inverse;
+    return rotary.call(x, cos, sin, positions, inverse);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    TORCH_CHECK(!ctx->needs_input_grad(1) && !ctx->needs_input_grad(2),
+                "pygpt.rotary: cos and sin are fixed tables and get no gradient; pass them "
+                "detached");
+    const variable_list s = ctx->get_saved_variables();
+    // A rotation's gradient is the inverse rotation: the op itself, through autograd again, so
+    // that it is differentiable in turn (double backward).
+    static const auto rotary = op<RotaryFn>("pygpt::rotary");
+    Tensor grad_x = rotary.call(grads[0], s[0], s[1], s[2], !ctx->saved_data["inverse"].toBool());
+    return {grad_x, Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+Tensor rotary_autograd(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                       const Tensor& positions, bool inverse) {
+  return Rotary::apply(x, cos, sin, positions, inverse);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(pygpt, m) {
+  // Rotary position embedding of x (B, H, T, D) by the angles in the rows `positions` of the
+  // cos / sin tables (max_pos, rotary_dim / 2); inverse rotates back (its own backward).
+  m.def("rotary(Tensor x, Tensor cos, Tensor sin, Tensor positions, bool inverse=False)"
+        " -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(pygpt, Autograd, m) { m.impl("rotary", &rotary_autograd); }
 
 }  // namespace pygpt

@@ -1,38 +1,25 @@
-// Autograd of the fused ops (bias_gelu, add_layer_norm) in C++, as autograd.cpp does for the
-// others: the forward runs the op below autograd, the backward its backward kernel.
+// pygpt.add_layer_norm, its home: the schemas of the op and of its backward, the op's argument
+// checks (add_layer_norm_args.h, for the CPU and CUDA bindings add_layer_norm_cpu.cpp and
+// add_layer_norm_cuda.cpp) and its autograd in C++ (autograd_support.h).
+#include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include "bindings/add_layer_norm_args.h"
 #include "bindings/autograd_support.h"
+#include "bindings/checks.h"
+#include "bindings/layer_norm_args.h"
 
 namespace pygpt {
+
+void check_add_layer_norm_args(const at::Tensor& x, const at::Tensor& residual,
+                               const std::optional<at::Tensor>& weight,
+                               const std::optional<at::Tensor>& bias, double eps, const char* op) {
+  check_layer_norm_args(x, weight, bias, op);
+  check_same_as_x(residual, "residual", x, op);
+  TORCH_CHECK_VALUE(eps >= 0, op, ": eps must be non-negative, got ", eps);
+}
+
 namespace {
-
-// --- bias + GELU -------------------------------------------------------------------------------
-
-using BiasGeluFn = Tensor(const Tensor&, const Tensor&);
-using BiasGeluBackwardFn = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,
-                                                      bool);
-
-struct BiasGelu : torch::autograd::Function<BiasGelu> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& bias) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    static const auto bias_gelu = op<BiasGeluFn>("pygpt::bias_gelu");
-    ctx->save_for_backward({x, bias});
-    return bias_gelu.call(x, bias);
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const variable_list s = ctx->get_saved_variables();
-    const bool want_bias = ctx->needs_input_grad(1);
-    static const auto backward = op<BiasGeluBackwardFn>("pygpt::bias_gelu_backward");
-    auto [dx, dbias] = backward.call(grads[0], s[0], s[1], want_bias);
-    return {dx, want_bias ? dbias : Tensor()};
-  }
-};
-
-Tensor bias_gelu_autograd(const Tensor& x, const Tensor& bias) { return BiasGelu::apply(x, bias); }
-
-// --- residual add + layer norm -----------------------------------------------------------------
 
 using AddLayerNormFn = std::tuple<Tensor, Tensor, Tensor, Tensor>(
     const Tensor&, const Tensor&, const OptTensor&, const OptTensor&, double);
@@ -81,9 +68,16 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> add_layer_norm_autograd(
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(pygpt, Autograd, m) {
-  m.impl("bias_gelu", &bias_gelu_autograd);
-  m.impl("add_layer_norm", &add_layer_norm_autograd);
+TORCH_LIBRARY_FRAGMENT(pygpt, m) {
+  // Returns (sum = x + residual, y = layer_norm(sum), mean, rstd).
+  m.def("add_layer_norm(Tensor x, Tensor residual, Tensor? weight=None, Tensor? bias=None,"
+        " float eps=1e-05) -> (Tensor, Tensor, Tensor, Tensor)");
+  // Returns (grad of x and of residual, grad_weight, grad_bias): the layer norm's backward
+  // through y plus grad_sum (None: sum has no other use); a gradient not asked for is empty.
+  m.def("add_layer_norm_backward(Tensor grad_y, Tensor? grad_sum, Tensor sum, Tensor? weight,"
+        " Tensor mean, Tensor rstd, bool weight_grad, bool bias_grad) -> (Tensor, Tensor, Tensor)");
 }
+
+TORCH_LIBRARY_IMPL(pygpt, Autograd, m) { m.impl("add_layer_norm", &add_layer_norm_autograd); }
 
 }  // namespace pygpt

@@ -1,0 +1,58 @@
+// pygpt.bias_gelu, its home: the schemas of the op and of its backward, their argument checks
+// (bias_gelu_args.h, for the CPU and CUDA bindings bias_gelu_cpu.cpp and bias_gelu_cuda.cpp) and
+// the op's autograd in C++ (autograd_support.h).
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include "bindings/autograd_support.h"
+#include "bindings/bias_gelu_args.h"
+#include "bindings/checks.h"
+
+namespace pygpt {
+
+void check_bias_gelu_args(const at::Tensor& x, const at::Tensor& bias, const char* op) {
+  TORCH_CHECK(x.dim() >= 1, op, ": x must have at least one dimension");
+  const int64_t C = x.size(-1);
+  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == C, op, ": bias must have shape (", C,
+              ",) to match x's last dimension, got ", bias.sizes());
+  check_matches(bias, "bias", x, "x", op);
+}
+
+namespace {
+
+using BiasGeluFn = Tensor(const Tensor&, const Tensor&);
+using BiasGeluBackwardFn = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,
+                                                      bool);
+
+struct BiasGelu : torch::autograd::Function<BiasGelu> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& bias) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    static const auto bias_gelu = op<BiasGeluFn>("pygpt::bias_gelu");
+    ctx->save_for_backward({x, bias});
+    return bias_gelu.call(x, bias);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const bool want_bias = ctx->needs_input_grad(1);
+    static const auto backward = op<BiasGeluBackwardFn>("pygpt::bias_gelu_backward");
+    auto [dx, dbias] = backward.call(grads[0], s[0], s[1], want_bias);
+    return {dx, want_bias ? dbias : Tensor()};
+  }
+};
+
+Tensor bias_gelu_autograd(const Tensor& x, const Tensor& bias) { return BiasGelu::apply(x, bias); }
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(pygpt, m) {
+  // gelu(x + bias) over x's last dimension, bias (C,); exact (erf) GELU.
+  m.def("bias_gelu(Tensor x, Tensor bias) -> Tensor");
+  // Returns (grad_x, grad_bias); grad_bias is an empty tensor when not asked for.
+  m.def("bias_gelu_backward(Tensor grad_y, Tensor x, Tensor bias, bool bias_grad)"
+        " -> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(pygpt, Autograd, m) { m.impl("bias_gelu", &bias_gelu_autograd); }
+
+}  // namespace pygpt
