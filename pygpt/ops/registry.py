@@ -52,9 +52,9 @@ OPS: tuple[Op, ...] = (
        torch_linear_gelu, bias_gelu_onnx, cuda=True),
     Op("add_layer_norm", "add_layer_norm_backward", add_layer_norm, "add_layer_norm",
        add_layer_norm, torch_add_layer_norm, add_layer_norm_onnx, cuda=True),
-    # The LM head and its loss, fused: composed (in C++) of matmuls and the cross_entropy ops, so it runs
-    # wherever they do (no kernel of its own); its forward returns the gradients too, so it has
-    # no backward op. No exported graph computes a loss.
+    # The LM head and its loss, fused: composed (in C++) of matmuls and the cross_entropy ops,
+    # so it runs wherever they do (no kernel of its own); its forward returns the gradients
+    # too, so it has no backward op. No exported graph computes a loss.
     Op("linear_cross_entropy", None, linear_cross_entropy, "linear_cross_entropy",
        linear_cross_entropy, torch_linear_cross_entropy, None, cuda=False),
 )
