@@ -22,6 +22,7 @@ instead of True (SEQ2SEQ_SPECIALS, [PAD] [UNK] [BOS] [EOS], for a translator), o
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence, Union
 
@@ -177,6 +178,14 @@ class BPETokenizer(_HFTokenizer):
         return cls(tok)
 
 
+def _spelled_out(words: Counter) -> Iterator[str]:
+    """Each word as often as it was counted, separated by spaces, in texts of about a megabyte."""
+    for word, n in words.items():
+        per_text = max(1, (1 << 20) // (len(word) + 1))
+        for done in range(0, n, per_text):
+            yield " ".join([word] * min(n - done, per_text))
+
+
 class WordPieceTokenizer(_HFTokenizer):
     kind, hf_type = "wordpiece", "WordPiece"
 
@@ -185,15 +194,16 @@ class WordPieceTokenizer(_HFTokenizer):
               lowercase: bool = False) -> "WordPieceTokenizer":
         """BERT's WordPiece with vocab_size tokens learned from text (or its chunks): SPECIAL_TOKENS
         at ids 0..4, the text's characters (sorted) and the "##" forms of those seen inside a
-        word, then the learned pieces. BERT's normalizer keeps case unless lowercase (which also
-        strips accents, as BERT uncased does); it drops control characters, makes any whitespace
-        a space and sets each CJK character apart as a word. A word the vocabulary cannot spell
-        becomes one [UNK]: one with a character outside it, or with one never seen inside a word
-        in training (no "##" form), or of over 100 characters. decode joins words with single
-        spaces and "##" pieces to their word (. , ! ? against the word before); what it gives
-        encodes to the same ids again. A vocab_size below the specials and that alphabet is
-        refused. Training is not deterministic (huggingface/tokenizers#1794: the "##" ids, and
-        ties between merges, follow a hash map's order): keep the saved file."""
+        word (sorted), then the learned pieces. BERT's normalizer keeps case unless lowercase
+        (which also strips accents, as BERT uncased does); it drops control characters, makes any
+        whitespace a space and sets each CJK character apart as a word. A word the vocabulary
+        cannot spell becomes one [UNK]: one with a character outside it, or with one never seen
+        inside a word in training (no "##" form), or of over 100 characters. decode joins words
+        with single spaces and "##" pieces to their word (. , ! ? against the word before); what
+        it gives encodes to the same ids again. A vocab_size below the specials and that alphabet
+        is refused. Deterministic: HF's trainer gets the alphabet in that order (by itself it
+        numbers the "##" forms in a per-process hash map's order, and ties between merges go by
+        id: huggingface/tokenizers#1794) and learns from the words counted here."""
         from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
         if vocab_size <= len(SPECIAL_TOKENS):
@@ -204,17 +214,23 @@ class WordPieceTokenizer(_HFTokenizer):
         tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tok.decoder = decoders.WordPiece(prefix="##")
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, show_progress=False,
-                                            special_tokens=list(SPECIAL_TOKENS),
-                                            continuing_subword_prefix="##")
-        tok.train_from_iterator(_chunks(text), trainer)
-        got = tok.get_vocab_size()  # the trainer keeps the whole alphabet, whatever the size
-        if got == len(SPECIAL_TOKENS):
+        words = Counter(word for chunk in _chunks(text) for word, _ in
+                        tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(chunk)))
+        alphabet = sorted(set("".join(words))) + sorted({"##" + c for w in words for c in w[1:]})
+        if not alphabet:
             raise ValueError("cannot build a tokenizer from a text without words")
-        if got > vocab_size:
+        if (got := len(SPECIAL_TOKENS) + len(alphabet)) > vocab_size:
             raise ValueError(f"--vocab-size {vocab_size} is too small for this text: the "
                              f"{len(SPECIAL_TOKENS)} special tokens and its alphabet (its "
                              f"characters and their ## forms) take {got}; ask for {got} or more")
+        # No word holds a space. The alphabet is among the trainer's specials for their ids only.
+        learner = Tokenizer(tok.model)
+        learner.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, show_progress=False,
+                                            special_tokens=list(SPECIAL_TOKENS) + alphabet,
+                                            continuing_subword_prefix="##")
+        learner.train_from_iterator(_spelled_out(words), trainer)
+        tok.add_special_tokens(list(SPECIAL_TOKENS))
         return cls(tok)
 
 

@@ -7,6 +7,8 @@ asked (parse_specials), a special id decodes as its name, decode_stream joins to
 import json
 import random
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -56,9 +58,8 @@ def test_wordpiece_trains_to_the_size_with_specials_first(wp, corpus):
 
 
 def test_wordpiece_from_chunks(corpus):
-    """Training reads the file chunk by chunk. (HF's WordPiece trainer is not deterministic: the
-    ids of the "##" pieces, and so ties between merges, follow a hash map's order, so the same
-    text can give another vocabulary; huggingface/tokenizers#1794. The saved file is the truth.)"""
+    """Training reads the file chunk by chunk: chunks cut at line breaks give the tokenizer the
+    whole text gives."""
     lines = corpus.splitlines(keepends=True)
     chunks = ["".join(lines[i:i + 20]) for i in range(0, len(lines), 20)]
     whole = WordPieceTokenizer.train(corpus, 200)
@@ -68,8 +69,36 @@ def test_wordpiece_from_chunks(corpus):
     first = [json.loads(t.to_json())["model"]["vocab"] for t in (whole, pieces)]
     assert [sorted(v, key=v.get)[:5 + len(set(corpus) - set(" \n"))] for v in first] == \
         [list(SPECIAL_TOKENS) + sorted(set(corpus) - set(" \n"))] * 2  # then the sorted characters
+    order = sorted(first[0], key=first[0].get)
+    inner = [t for t in order if t.startswith("##") and len(t) == 3]
+    assert inner and order[5 + len(set(corpus) - set(" \n")):][:len(inner)] == sorted(inner)
     words = " ".join(words_of(corpus))
     assert whole.decode(whole.encode(words)) == pieces.decode(pieces.encode(words)) == words
+    assert whole.to_json() == pieces.to_json()
+
+
+# A tokenizer learned in a fresh process from the first 200 KB of the shipped text with 2000
+# tokens (the bert-baby preset's size), printed as its json.
+_TRAIN_IN_A_PROCESS = """
+import sys
+from pygpt.data import SHIPPED_TEXT
+from pygpt.tokenizer import BPETokenizer, WordPieceTokenizer
+text = SHIPPED_TEXT.read_text(encoding="utf-8")[:200_000]
+kind = sys.argv[1]
+tok = (WordPieceTokenizer.train(text, 2000) if kind == "wordpiece"
+       else BPETokenizer.train(text, 2000, specials=True))
+sys.stdout.write(tok.to_json())
+"""
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_training_gives_the_same_tokenizer_in_every_process(kind):
+    """The same text gives the same tokenizer.json in separate processes (a seed gives the same
+    run): the trainer's hash maps are seeded per process, so this needs processes, not calls."""
+    runs = [subprocess.run([sys.executable, "-c", _TRAIN_IN_A_PROCESS, kind], check=True,
+                           capture_output=True, text=True).stdout for _ in range(3)]
+    assert json.loads(runs[0])["model"]["type"] == ("WordPiece" if kind == "wordpiece" else "BPE")
+    assert runs[1] == runs[0] and runs[2] == runs[0]
 
 
 def test_wordpiece_round_trip_of_words(wp, corpus):

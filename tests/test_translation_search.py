@@ -9,7 +9,8 @@ import torch
 
 from pygpt.config import ModelConfig
 from pygpt.families import build
-from pygpt.translation_search import Search, beam_search, greedy, length_penalty, translate
+from pygpt.translation_search import Search, beam_search, greedy, translate
+from pygpt_runtime.onnx_search import length_penalty
 
 PAD, BOS, EOS = 0, 1, 2
 BANNED = (PAD, BOS)
