@@ -23,16 +23,16 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_model
 from torch import nn
 
-from pygpt.compat import upgrade_weights
+from pygpt.compat import upgrade_config, upgrade_model, upgrade_weights
 from pygpt.config import ModelConfig, TrainConfig, config_from_dict, to_dict
 from pygpt.io import FolderWrite, read_committed, recover_folder
 from pygpt.families import build
 from pygpt.run_files import CONFIG, LABELS, TOKENIZER, TRAIN_STATE, WEIGHTS
 from pygpt.tokenizer import Tokenizer, load_tokenizer
 
-FORMAT = 2
-READABLE_FORMATS = (1, 2)
-# Format 1 weight names -> today's (prefixes).
+FORMAT = 3
+READABLE_FORMATS = (1, 2, 3)  # older ones through pygpt.compat
+_READABLE = ", ".join(map(str, READABLE_FORMATS[:-1])) + f" or {READABLE_FORMATS[-1]}"
 _READS = 3  # reads of files that a save committed in between left from different saves
 
 
@@ -101,8 +101,8 @@ def read_config(ckpt: Union[str, Path]) -> dict[str, Any]:
     if (not isinstance(config, dict) or config.get("format") not in READABLE_FORMATS
             or "model" not in config):
         raise ValueError(f"{path / CONFIG} is not a pygpt checkpoint config (format "
-                         f"{' or '.join(map(str, READABLE_FORMATS))})")
-    return config
+                         f"{_READABLE})")
+    return upgrade_config(config)
 
 
 def read_tokenizer(ckpt: Union[str, Path]) -> Tokenizer:
@@ -132,10 +132,11 @@ def load(ckpt: Union[str, Path], kernels: str = "ext",
     weights_format = meta.get("format", "1")  # format 1 weights did not record it
     if weights_format not in {str(f) for f in READABLE_FORMATS}:
         raise ValueError(f"{weights} is in weights format {weights_format!r}; this pygpt reads "
-                         f"format {' or '.join(map(str, READABLE_FORMATS))}")
+                         f"format {_READABLE}")
     try:
         model_cfg: ModelConfig = config_from_dict(ModelConfig, config["model"])
-        weights_cfg = (config_from_dict(ModelConfig, json.loads(meta["model_config"]))
+        weights_cfg = (config_from_dict(ModelConfig,
+                                        upgrade_model(json.loads(meta["model_config"])))
                        if "model_config" in meta else model_cfg)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{path / CONFIG}: invalid model config: {e}") from None

@@ -4,17 +4,43 @@ does not have an old shape comes back unchanged, for the loader to accept or ref
 
 - Weights format 1 (before the models were assembled from pygpt.nn) named the GPT's embeddings
   `tok_emb`, `pos_emb`, `embed_norm` (LEGACY_NAMES).
+- Format 2 kept the translator's label smoothing, a loss setting, among the model's settings;
+  format 3 keeps it with the training settings, and saves only the model settings of the
+  model's family (the others are at their defaults in older configs).
 - Before the attention's input projections were fused (pygpt.nn.fused_linear), W_Q, W_K and W_V
   were separate `q`, `k`, `v` layers: their weights and biases are stacked into `qkv`
   (self-attention) or `kv` (cross-attention, whose `q` stays), and so are their AdamW moments.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from pygpt.nn import MultiHeadAttention
 from pygpt.nn.fused_linear import FusedLinear
+
+TRAINING_SETTINGS = ("label_smoothing",)  # the model settings of format 2 that were training's
+
+
+def upgrade_model(model: Any) -> Any:
+    """A saved model config (dict) without the settings format 3 keeps with the training's."""
+    if not isinstance(model, dict):
+        return model
+    return {k: v for k, v in model.items() if k not in TRAINING_SETTINGS}
+
+
+def upgrade_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A config.json's content in format 3: model settings that belong to training moved to the
+    training settings (when a run saved them)."""
+    model, train = config.get("model"), config.get("train")
+    if not isinstance(model, dict) or not any(k in model for k in TRAINING_SETTINGS):
+        return config
+    moved = {k: model[k] for k in TRAINING_SETTINGS if k in model}
+    train = {**moved, **train} if isinstance(train, dict) else train
+    return {**config, "model": upgrade_model(model), "train": train}
+
 
 LEGACY_NAMES = {"tok_emb.": "embed.tok.", "pos_emb.": "embed.pos.", "embed_norm.": "embed.norm."}
 

@@ -16,9 +16,10 @@ KERNEL_SETS = ("ext", "torch")
 ARCHS = ("gpt", "bert", "seq2seq")
 
 
-def opt(default: Any, help: str) -> Any:
-    """A dataclass field with its --help text."""
-    return field(default=default, metadata={"help": help})
+def opt(default: Any, help: str, family: Optional[str] = None) -> Any:
+    """A dataclass field with its --help text; `family`: the one model family (arch) the field
+    applies to, for a model field that not every family has."""
+    return field(default=default, metadata={"help": help, "family": family})
 
 
 def check_field_types(cfg: Any) -> None:
@@ -86,22 +87,22 @@ class ModelConfig:
     head_bias: bool = opt(False, "a bias on the LM head")
     embed_std: float = opt(0.02, "std of the token embedding's normal initialisation")
     # BERT only.
-    type_vocab_size: int = opt(2, "bert: segment (sentence A / B) embeddings")
+    type_vocab_size: int = opt(2, "bert: segment (sentence A / B) embeddings", "bert")
     nsp: bool = opt(True, "bert: the next-sentence-prediction head and loss (--no-nsp: "
-                          "masked-LM only, as RoBERTa)")
+                          "masked-LM only, as RoBERTa)", "bert")
     num_labels: int = opt(0, "bert: classes of the classification head (0: none; fine-tuning "
-                             "sets it from the labels)")
+                             "sets it from the labels)", "bert")
     pooling: Literal["cls", "mean"] = opt(
         "cls", "bert: what the classification head reads: the pooler's [CLS] vector (pretrained "
                "only by next-sentence prediction) or the mean of the final hidden states over "
                "the real tokens (pretrained by the masked-LM; the bert presets' choice, as it "
-               "transfers better; cls is what checkpoints saved without this field used)")
+               "transfers better; cls is what checkpoints saved without this field used)", "bert")
     # seq2seq only.
-    n_dec_layer: int = opt(0, "seq2seq: decoder blocks (0: as many as --n-layer, the encoder's)")
-    qk_dim: int = opt(0, "seq2seq: width of one head's queries and keys (0: n_embd / n_head)")
-    v_dim: int = opt(0, "seq2seq: width of one head's values (0: n_embd / n_head)")
-    label_smoothing: float = opt(0.0, "seq2seq: label smoothing of the training loss (the "
-                                      "Transformer paper's is 0.1)")
+    n_dec_layer: int = opt(0, "seq2seq: decoder blocks (0: as many as --n-layer, the "
+                              "encoder's)", "seq2seq")
+    qk_dim: int = opt(0, "seq2seq: width of one head's queries and keys (0: n_embd / n_head)",
+                      "seq2seq")
+    v_dim: int = opt(0, "seq2seq: width of one head's values (0: n_embd / n_head)", "seq2seq")
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -110,9 +111,8 @@ class ModelConfig:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("dropout", "label_smoothing"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if encoding(self.pos_encoding).rotary and (not 0 <= self.rotary_dim <= self.qk_head_dim
                                               or self.rotary_width % 2):
             raise ValueError(f"rotary_dim must be even and at most the query/key head width "
@@ -123,11 +123,13 @@ class ModelConfig:
                      "max_distance"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
-        seq2seq_only = [name for name in ("n_dec_layer", "qk_dim", "v_dim", "label_smoothing")
-                        if getattr(self, name) and self.arch != "seq2seq"]
-        if seq2seq_only:
-            raise ValueError(f"{', '.join(seq2seq_only)} apply to arch seq2seq only, not "
-                             f"{self.arch}")
+        foreign: dict[str, list[str]] = {}  # family -> its fields set on another family's model
+        for f in dataclasses.fields(self):
+            family = f.metadata["family"]
+            if family not in (None, self.arch) and getattr(self, f.name) != f.default:
+                foreign.setdefault(family, []).append(f.name)
+        for family, names in foreign.items():
+            raise ValueError(f"{', '.join(names)} apply to arch {family} only, not {self.arch}")
 
     @property
     def head_dim(self) -> int:
@@ -183,6 +185,8 @@ class TrainConfig:
                                 "included), instead of --batch-size")
     bleu_sentences: int = opt(100, "seq2seq: validation sentences translated (greedy) at each "
                                    "evaluation for val_bleu (0: none)")
+    label_smoothing: float = opt(0.0, "seq2seq: label smoothing of the training loss (the "
+                                      "Transformer paper's is 0.1)")
     grad_accum: int = opt(1, "micro-batches per optimizer step")
     max_iters: int = opt(2000, "optimizer steps in total (with --resume: the new total)")
     optimizer: Literal["adamw", "sgd"] = opt("adamw", "optimizer")
@@ -222,7 +226,7 @@ class TrainConfig:
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)}")
-        for name in ("beta1", "beta2"):
+        for name in ("beta1", "beta2", "label_smoothing"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if not 0.0 <= self.cooldown_frac <= 1.0:
@@ -230,7 +234,10 @@ class TrainConfig:
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+    """cfg's fields as saved in config.json: a model config's only those of its family."""
+    arch = getattr(cfg, "arch", None)
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+            if f.metadata.get("family") in (None, arch)}
 
 
 def config_from_dict(cls: type, d: Any) -> Any:

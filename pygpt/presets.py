@@ -45,9 +45,9 @@ PRESETS: dict[str, Preset] = {
     # 11 epochs of Multi30k; wsd (val ppl 14.9 after 400 steps there, the paper's inverse_sqrt 17).
     "seq2seq": Preset(
         ModelConfig(arch="seq2seq", vocab_size=8000, block_size=128, n_layer=3, n_head=4,
-                    n_embd=256, dropout=0.1, pos_encoding="sinusoidal", label_smoothing=0.1),
-        TrainConfig(tokenizer="bpe", max_tokens=4096, lr=1e-3, beta2=0.98, warmup_iters=400,
-                    weight_decay=0.01, max_iters=2500, eval_iters=10)),
+                    n_embd=256, dropout=0.1, pos_encoding="sinusoidal"),
+        TrainConfig(tokenizer="bpe", max_tokens=4096, label_smoothing=0.1, lr=1e-3, beta2=0.98,
+                    warmup_iters=400, weight_decay=0.01, max_iters=2500, eval_iters=10)),
     # The minimal model of the classic from-scratch tutorial this project started from: embedding,
     # fixed sinusoidal positions, a layer norm, one multi-head attention layer (W_Q, W_K, W_V; no
     # W_O, MLP or residual) and an output projection with bias, trained by plain SGD.

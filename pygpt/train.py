@@ -101,14 +101,13 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
     base = preset(args.preset or family(arch).preset_for(task))
     train_cfg = _absolute_paths(dataclasses.replace(base.train, **train_flags))
     if train_cfg.init_from is not None:
-        model_cfg = _fine_tune_model(train_cfg, model_flags, train_flags, base.model.pooling)
-    else:
-        if "vocab_size" in model_flags and train_cfg.tokenizer == "char":
-            raise SystemExit("--vocab-size sets the size of a trained vocabulary (--tokenizer bpe "
-                             "or wordpiece); a char tokenizer takes its vocabulary from the text")
-        if train_cfg.tokenizer != "char" and base.train.tokenizer == "char":
-            model_flags.setdefault("vocab_size", DEFAULT_BPE_VOCAB)  # the preset's: a char count
-        model_cfg = dataclasses.replace(base.model, **model_flags)
+        return _fine_tune_model(train_cfg, model_flags, given, base.model.pooling), train_cfg
+    if "vocab_size" in model_flags and train_cfg.tokenizer == "char":
+        raise SystemExit("--vocab-size sets the size of a trained vocabulary (--tokenizer bpe or "
+                         "wordpiece); a char tokenizer takes its vocabulary from the text")
+    if train_cfg.tokenizer != "char" and base.train.tokenizer == "char":
+        model_flags.setdefault("vocab_size", DEFAULT_BPE_VOCAB)  # the preset's is a char count
+    model_cfg = dataclasses.replace(base.model, **model_flags)
     family(model_cfg.arch).check_settings(model_cfg, train_cfg, given)
     return model_cfg, train_cfg
 
@@ -129,14 +128,14 @@ def _check_data_files(model_cfg: ModelConfig, train_cfg: TrainConfig) -> None:
         check_data_file(path, name)
 
 
-def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any],
-                     overrides_given: dict[str, Any], preset_pooling: str) -> ModelConfig:
+def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any], given: set[str],
+                     preset_pooling: str) -> ModelConfig:
     """The source checkpoint's model; only dropout and a BERT's pooling may change for
     fine-tuning (neither changes the weights). A classifier pools as the preset does (mean)
     unless --pooling says otherwise, whatever the pretraining saved: [CLS] pooling reads what
     only next-sentence prediction trained, which fine-tuned 0.06 macro-F1 worse in bench_bert."""
     source = Path(train_cfg.init_from)
-    if "tokenizer" in overrides_given:
+    if "tokenizer" in given:
         raise SystemExit("--init-from keeps the source's tokenizer; --tokenizer cannot change it")
     changed = sorted(set(model_flags) - {"dropout", "pooling"})
     if changed:
@@ -146,6 +145,7 @@ def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any],
         model_cfg = config_from_dict(ModelConfig, checkpoint.read_config(source)["model"])
     except (TypeError, ValueError) as e:
         raise ValueError(f"{source / CONFIG}: cannot fine-tune from it: {e}") from None
+    family(model_cfg.arch).check_settings(model_cfg, train_cfg, given)
     if train_cfg.task == "classify":
         model_flags = {"pooling": preset_pooling, **model_flags}
     return dataclasses.replace(model_cfg, **model_flags)

@@ -1,5 +1,5 @@
 """Checkpoint folders (pygpt.checkpoint): save and load round trips bit for bit, new checkpoints
-are format 2 (the model config names its family, arch "gpt"), format 1 checkpoints written
+are format 3 (the model config names its family, arch "gpt"), format 1 checkpoints written
 before the models were assembled from pygpt.nn still load to the same logits (and fine-tune and
 resume from), damaged or mismatched files are clear errors instead of silently wrong models, a
 training state from another step is never resumed, and a save that dies half-way leaves the
@@ -75,7 +75,10 @@ def test_checkpoint_round_trip(tmp_path, arch):
 
     config = json.loads((out / "config.json").read_text())
     assert config["step"] == 42 and config["format"] == checkpoint.FORMAT
-    assert config["model"] == dataclasses.asdict(cfg)
+    # Only the fields of the model's family are saved (a gpt: none of bert's or seq2seq's).
+    assert config["model"] == {k: v for k, v in dataclasses.asdict(cfg).items()
+                               if k not in ("type_vocab_size", "nsp", "num_labels", "pooling",
+                                            "n_dec_layer", "qk_dim", "v_dim")}
     assert config["train"]["out"] == str(out)
     assert checkpoint.weights_step(out) == 42
     loaded_state = checkpoint.load_train_state(out)
@@ -84,15 +87,15 @@ def test_checkpoint_round_trip(tmp_path, arch):
     assert oct(WEIGHTS_MODE(out)) == oct(WEIGHTS_MODE(out, CONFIG))  # the umask's, not 0600
 
 
-def test_new_checkpoint_is_format_2_with_its_arch(ckpt):
-    """config.json and the weights' own metadata both record format 2 and the model family, and
+def test_new_checkpoint_is_format_3_with_its_arch(ckpt):
+    """config.json and the weights' own metadata both record format 3 and the model family, and
     the weights are saved under today's names (none of format 1's)."""
     config = json.loads((ckpt / CONFIG).read_text())
-    assert checkpoint.FORMAT == 2
-    assert config["format"] == 2 and config["model"]["arch"] == "gpt"
+    assert checkpoint.FORMAT == 3
+    assert config["format"] == 3 and config["model"]["arch"] == "gpt"
     with safe_open(str(ckpt / WEIGHTS), framework="pt") as f:
         meta, names = f.metadata(), set(f.keys())
-    assert meta["format"] == "2" and meta["step"] == str(config["step"])
+    assert meta["format"] == "3" and meta["step"] == str(config["step"])
     assert json.loads(meta["model_config"]) == config["model"]
     assert json.loads(meta["model_config"])["arch"] == "gpt"
     assert "embed.pos.weight" in names
@@ -104,7 +107,7 @@ def test_unknown_format_is_a_clear_error(ckpt, capsys):
     """A config.json from another (say, a future) format is refused by name, never guessed at:
     loading, resuming and the generate CLI all say which formats they read."""
     edit_json(ckpt / CONFIG, lambda c: c.update(format=99))
-    message = r"not a pygpt checkpoint config \(format 1 or 2\)"
+    message = r"not a pygpt checkpoint config \(format 1, 2 or 3\)"
     with pytest.raises(ValueError, match=message):
         pygpt.load(ckpt)
     with pytest.raises(ValueError, match=message):
@@ -123,8 +126,8 @@ def test_weights_of_an_unknown_format_are_refused(ckpt):
     with safe_open(str(ckpt / WEIGHTS), framework="pt") as f:
         tensors = {name: f.get_tensor(name) for name in f.keys()}
         meta = f.metadata()
-    save_file(tensors, str(ckpt / WEIGHTS), metadata={**meta, "format": "3"})
-    with pytest.raises(ValueError, match=r"weights format '3'.*format 1 or 2"):
+    save_file(tensors, str(ckpt / WEIGHTS), metadata={**meta, "format": "99"})
+    with pytest.raises(ValueError, match=r"weights format '99'.*format 1, 2 or 3"):
         pygpt.load(ckpt)
 
 
@@ -172,7 +175,7 @@ def fixture_text(tmp_path, name):
 @pytest.mark.parametrize("name", FORMAT1)
 def test_fine_tune_from_format1_checkpoint(name, tmp_path, capsys):
     """--init-from a format 1 folder starts from its weights: with a learning rate of 0 the
-    fine-tuned model is the old one exactly, saved as format 2, and the source is untouched."""
+    fine-tuned model is the old one exactly, saved in today's format, and the source is untouched."""
     before = {p.name: p.read_bytes() for p in (FIXTURES / name).iterdir()}
     out = tmp_path / "tuned"
     data = fixture_text(tmp_path, name)
@@ -188,7 +191,7 @@ def test_fine_tune_from_format1_checkpoint(name, tmp_path, capsys):
 @pytest.mark.parametrize("name", FORMAT1)
 def test_resume_a_format1_run(name, tmp_path):
     """A run saved by the format 1 code resumes: its weights load under their old names, the
-    run continues, and the folder is rewritten as format 2 (same weights with lr 0)."""
+    run continues, and the folder is rewritten in today's format (same weights with lr 0)."""
     run = tmp_path / "run"
     shutil.copytree(FIXTURES / name, run)
     model, _ = checkpoint.load(run)

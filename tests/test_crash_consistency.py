@@ -30,7 +30,7 @@ from pygpt.config import ModelConfig
 from pygpt.io import KILL_ENV, is_leftover, recover_folder
 from pygpt.run_files import CONFIG, ONNX_FP32, RUNNER_CONFIG, TOKENIZER
 from pygpt.training import train
-from test_export import _load_runner
+from pygpt_runtime import run_onnx
 
 MODEL = ModelConfig(block_size=16, n_layer=1, n_head=2, n_embd=16)
 STEPS = 3  # the whole run; every kill falls into the save of step 2
@@ -245,7 +245,7 @@ def exports(runs, tmp_path_factory):
 
 def runner_logits(folder):
     """(block size, logits of the first tokens) of an export, read by the torch-free runner."""
-    config, session, tokenizer = _load_runner().open_export(folder)
+    config, session, tokenizer = run_onnx.open_export(folder)
     ids = np.array([tokenizer.encode("abc de")[:4]], dtype=np.int64)
     empty = np.zeros((1, config["n_head"], 0, config["head_dim"]), dtype=np.float32)
     feeds = {"input_ids": ids, **{name: empty for name in config["inputs"][1:]}}

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers import close
-from pygpt.config import ModelConfig
+from pygpt.config import ModelConfig, TrainConfig
 from pygpt.mlm_data import IGNORE_INDEX
 from pygpt.families import build
 from pygpt.models import Seq2Seq
@@ -85,7 +85,8 @@ def test_ours_match_the_pytorch_reference(name):
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("kernels", ["ext", "torch"])
 def test_loss_is_label_smoothed_cross_entropy_over_real_targets(smoothing, kernels):
-    model = make(dataclasses.replace(BASE, label_smoothing=smoothing), kernels)
+    model = make(BASE, kernels)
+    model.label_smoothing = smoothing  # as the translator family sets it for training
     src, src_len, tgt, tgt_len = padded_batch([4, 2], [5, 2], seed=2)
     tgt_out = torch.where(torch.arange(tgt.shape[1]) < tgt_len[:, None], tgt.roll(1, 1),
                           IGNORE_INDEX)
@@ -143,15 +144,25 @@ def test_weights_are_shared_and_shaped_by_the_config():
 
 @pytest.mark.parametrize("fields, message", [
     (dict(arch="gpt", qk_dim=8), "qk_dim apply to arch seq2seq only, not gpt"),
-    (dict(arch="bert", n_dec_layer=2, label_smoothing=0.1),
-     "n_dec_layer, label_smoothing apply to arch seq2seq only, not bert"),
+    (dict(arch="bert", n_dec_layer=2, v_dim=4), "n_dec_layer, v_dim apply to arch seq2seq only, "
+                                               "not bert"),
+    (dict(arch="gpt", pooling="mean", nsp=False), "nsp, pooling apply to arch bert only, not gpt"),
+    (dict(arch="seq2seq", num_labels=3, qk_dim=-1), "qk_dim must not be negative"),
+    (dict(arch="seq2seq", num_labels=3), "num_labels apply to arch bert only, not seq2seq"),
     (dict(arch="seq2seq", v_dim=-1), "v_dim must not be negative"),
-    (dict(arch="seq2seq", label_smoothing=1.0), r"label_smoothing must be in \[0, 1\)"),
     (dict(arch="seq2seq", n_dec_layer=1.5), "n_dec_layer must be int"),
 ])
 def test_bad_configs_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         ModelConfig(**fields)
+
+
+def test_label_smoothing_is_a_training_setting():
+    """The loss's smoothing lives in TrainConfig (checked there), not in the model's config."""
+    with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\)"):
+        TrainConfig(label_smoothing=1.0)
+    with pytest.raises(TypeError, match="label_smoothing"):
+        ModelConfig(arch="seq2seq", label_smoothing=0.1)
 
 
 def test_bad_calls_are_refused():

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from pygpt.bleu import score
-from pygpt.config import ModelConfig
-from pygpt.families import build
+from pygpt.config import ModelConfig, TrainConfig
+from pygpt.families import build, family
 from pygpt.parallel_data import ParallelCorpus
 from pygpt.tokenizer import SEQ2SEQ_SPECIALS, CharTokenizer
 from pygpt.training.step import train_step
@@ -59,9 +59,9 @@ def test_the_validation_pass_covers_every_pair_once(setup):
 def test_metrics_and_a_training_step(setup):
     tok, task = setup
     cfg = ModelConfig(arch="seq2seq", vocab_size=tok.vocab_size, block_size=24, n_layer=1,
-                      n_head=2, n_embd=16, label_smoothing=0.1, pos_encoding="sinusoidal")
+                      n_head=2, n_embd=16, pos_encoding="sinusoidal")
     torch.manual_seed(0)
-    model = build(cfg)
+    model = family("seq2seq").build(cfg, train_cfg=TrainConfig(label_smoothing=0.1))
     batch = task.batch("train", 0, torch.Generator().manual_seed(0))
     with torch.no_grad():
         out = model(**batch._asdict())

@@ -34,8 +34,10 @@ class Family:
     tasks: tuple[str, ...] = ("pretrain",)  # the values of --task it trains for
     specials: Specials = False  # the special tokens its tokenizer learns (pygpt.tokenizer)
 
-    def build(self, cfg: ModelConfig, kernels: str = "ext") -> nn.Module:
-        """A freshly initialised model of this family on the given kernel set."""
+    def build(self, cfg: ModelConfig, kernels: str = "ext",
+              train_cfg: Optional[TrainConfig] = None) -> nn.Module:
+        """A freshly initialised model of this family on the given kernel set; with train_cfg,
+        set up with the run's loss settings (for training)."""
         return self.model(cfg, kernels=kernels)
 
     def preset_for(self, task: str) -> str:
@@ -61,7 +63,7 @@ class Family:
 
     def refuse_translation_flags(self, train_cfg: TrainConfig, given: set[str]) -> None:
         files = [name for name in TRANSLATION_FILES if getattr(train_cfg, name) is not None]
-        theirs = files + sorted(given & {"max_tokens", "bleu_sentences"})
+        theirs = files + sorted(given & {"max_tokens", "bleu_sentences", "label_smoothing"})
         if theirs:
             raise ValueError(f"{flag(theirs[0])} is for a translator (--arch seq2seq); a "
                              f"{self.name} trains on --data")

@@ -61,7 +61,8 @@ class BERTFamily(Family):
 
     def next_command(self, ckpt, model_cfg, train_cfg):
         if train_cfg.task == "classify" or model_cfg.num_labels:
-            return f"python -m pygpt.classify --ckpt {shlex.quote(ckpt)} --text 'a text to classify'"
+            return (f"python -m pygpt.classify --ckpt {shlex.quote(ckpt)} "
+                    "--text 'a text to classify'")
         return (f"python -m pygpt.fill_mask --ckpt {shlex.quote(ckpt)} "
                 "--text 'To be, or not to be: that is the [MASK]'")
 

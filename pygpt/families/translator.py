@@ -21,6 +21,12 @@ class TranslatorFamily(Family):
     default_preset = "seq2seq"
     specials = SEQ2SEQ_SPECIALS
 
+    def build(self, cfg, kernels="ext", train_cfg=None):
+        model = super().build(cfg, kernels)
+        if train_cfg is not None:
+            model.label_smoothing = train_cfg.label_smoothing
+        return model
+
     def check_settings(self, model_cfg, train_cfg, given):
         self.refuse_val_data(train_cfg)
         if train_cfg.data is not None or train_cfg.task != "pretrain":

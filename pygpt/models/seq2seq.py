@@ -9,8 +9,9 @@
   the encoder's output (never its padding) and the MLP; a final norm likewise; then the output
   projection, tied to the token embedding unless tie_weights is off.
 - Heads may have query/key width qk_dim and value width v_dim (default n_embd / n_head).
-- The loss is the mean label-smoothed cross-entropy (config label_smoothing) of the target's
-  real positions; padded targets are IGNORE_INDEX. Linear layers are Xavier-uniform
+- The loss is the mean label-smoothed cross-entropy of the target's real positions (padded
+  targets are IGNORE_INDEX); the smoothing is a training setting (TrainConfig.label_smoothing),
+  set on the model by its family for training, 0 otherwise. Linear layers are Xavier-uniform
   initialised (biases zero), as in the paper's reference code, tensor2tensor.
 
 Incremental decoding (pygpt.translation_search): `encode` once per batch, then `decode` one
@@ -56,6 +57,7 @@ class Seq2Seq(KernelModule):
     def __init__(self, cfg: ModelConfig, kernels: str = "ext"):
         super().__init__()
         self.config = cfg
+        self.label_smoothing = 0.0  # of the loss: a training setting, not the model's
         d = cfg.n_embd
         self.src_embed, self.tgt_embed = (
             Embeddings(cfg.vocab_size, d, cfg.block_size, position=cfg.pos_encoding,
@@ -145,5 +147,5 @@ class Seq2Seq(KernelModule):
                                  f"{tuple(tgt_out.shape)}")
             loss = self.kern.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                            tgt_out.reshape(-1), ignore_index=IGNORE_INDEX,
-                                           label_smoothing=self.config.label_smoothing)
+                                           label_smoothing=self.label_smoothing)
         return Seq2SeqOutput(logits, loss)

@@ -125,7 +125,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
         labels = checkpoint.load_labels(cfg.out if resume else cfg.init_from)
 
     torch.manual_seed(cfg.seed)
-    model = fam.build(model_cfg, kernels=cfg.kernels).to(cfg.device)
+    model = fam.build(model_cfg, kernels=cfg.kernels, train_cfg=cfg).to(cfg.device)
     optimizer = make_optimizer(model, cfg)
     data_gen = torch.Generator().manual_seed(cfg.seed)
     step = tokens_seen = 0
