@@ -51,7 +51,7 @@ from machine import run_benchmark
 from pygpt.classify import load_classifier, predict
 from pygpt.families.bert import CLASSIFY_PRESET
 from pygpt.presets import preset
-from pygpt.labelled_data import Encoded, counts, held_out_split, macro_f1, read_labelled
+from pygpt.data.labelled import Encoded, counts, held_out_split, macro_f1, read_labelled
 from pygpt.io import atomic_write_text
 from pygpt.run_files import METRICS
 from pygpt.speakers import Speech, tsv

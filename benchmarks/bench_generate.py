@@ -45,7 +45,7 @@ from machine import busy_warning
 from pygpt.config import KERNEL_SETS
 from pygpt.presets import PRESETS, preset
 from pygpt.models import GPT
-from pygpt.decoding import Sampling
+from pygpt.decoding.sampling import Sampling
 
 Runner = Callable[[torch.Tensor, int], torch.Tensor]
 GENERATORS: dict[str, Callable[[GPT], Optional[Runner]]] = {}

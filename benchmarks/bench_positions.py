@@ -38,7 +38,7 @@ from bench_bert import last_metrics, run
 from machine import run_benchmark
 from pygpt.checkpoint import load
 from pygpt.config import ModelConfig
-from pygpt.data import TokenFile, TokenSplits
+from pygpt.data.text import TokenFile, TokenSplits
 from pygpt.families import build
 from pygpt.presets import preset
 

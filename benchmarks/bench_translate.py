@@ -12,8 +12,8 @@ Steps:
    cut by --minutes before then misses that decay, so size --steps to the time (--minutes is
    a cap), or pass --schedule inverse_sqrt through --train-flags, which has no end.
 2. test_2016_flickr.de is translated with the checkpoint by pygpt.translate's functions
-   (pygpt.text_translation with beam 4 and length penalty 0.6, as `python -m pygpt.translate
-   --file ... --ref ...`), and scored against test_2016_flickr.en by pygpt.bleu: sacreBLEU's
+   (pygpt.decoding.translate_texts with beam 4 and length penalty 0.6, as `python -m pygpt.translate
+   --file ... --ref ...`), and scored against test_2016_flickr.en by pygpt.tasks.bleu: sacreBLEU's
    BLEU (13a tokenization, case-sensitive), the same lowercased (the figure the data's README
    quotes: 36.5 for a 3+3-layer 256-wide Transformer after 10 GPU epochs) and chrF.
 
@@ -36,11 +36,11 @@ import torch
 
 from bench_bert import last_metrics
 from machine import run_benchmark
-from pygpt.bleu import score
+from pygpt.tasks.bleu import score
 from pygpt.checkpoint import load
-from pygpt.parallel_data import read_lines
-from pygpt.text_translation import translate_texts
-from pygpt.translation_search import Search
+from pygpt.data.parallel import read_lines
+from pygpt.decoding.translate_texts import translate_texts
+from pygpt.decoding.beam_search import Search
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data" / "multi30k"

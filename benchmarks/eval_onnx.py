@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 import pygpt
-from pygpt.data import TokenSplits, read_text
-from pygpt.decoding import Sampling
+from pygpt.data.text import TokenSplits, read_text
+from pygpt.decoding.sampling import Sampling
 from pygpt_runtime import run_onnx
 
 

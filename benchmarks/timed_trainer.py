@@ -10,7 +10,7 @@ import torch
 
 from machine import cpu_model, isa_note, use_isa
 from pygpt.presets import PRESETS, preset
-from pygpt.data import TokenSplits, read_text
+from pygpt.data.text import TokenSplits, read_text
 from pygpt.models import GPT
 from pygpt.tokenizer import CharTokenizer
 from pygpt.training import lr_at, make_optimizer, train_step

@@ -11,8 +11,8 @@ import torch
 
 from pygpt.checkpoint import load, load_labels
 from pygpt.config import KERNEL_SETS
-from pygpt.cli import HelpFormatter, exits_cleanly, utf8_text
-from pygpt.labelled_data import Encoded, Example, counts, macro_f1, read_labelled
+from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
+from pygpt.data.labelled import Encoded, Example, counts, macro_f1, read_labelled
 from pygpt.models import BERT
 
 

@@ -1,17 +1,13 @@
-"""What pygpt's command lines share: flags generated from the config dataclasses (so every field is
-overridable and documented in --help without a second list of options to keep in step), and,
-from the torch-free runner's pygpt_runtime.cli_checks (one home for both command lines), the
---help formatter, the UTF-8 check of text arguments, and the clean exit on Ctrl-C or a closed
-pipe."""
+"""Flags generated from the config dataclasses, so every field is overridable and documented in
+--help without a second list of options to keep in step. (What every command line shares with
+the torch-free runner, the --help formatter, the UTF-8 check of text arguments and the clean
+exit on Ctrl-C or a closed pipe, is pygpt_runtime.cli_checks.)"""
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import typing
 from typing import Any
-
-# pygpt's commands import these three from here, beside the dataclass flags.
-from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text  # noqa: F401
 
 
 def _field_type(cls: type, f: dataclasses.Field) -> Any:

@@ -1,8 +1,8 @@
 """Export a checkpoint to ONNX: `python -m pygpt.export --ckpt out/ --out out/onnx/`.
 
 Each family writes its own graphs (pygpt.families: a GPT one `model.onnx` with a KV cache,
-pygpt.export_gpt; a BERT one encoder graph, pygpt.export_bert; a translator an encoder and two
-decoder graphs, pygpt.export_seq2seq), beside `tokenizer.json` and `runner.json`, which tells the
+pygpt.onnx.gpt; a BERT one encoder graph, pygpt.onnx.bert; a translator an encoder and two
+decoder graphs, pygpt.onnx.seq2seq), beside `tokenizer.json` and `runner.json`, which tells the
 torch-free runner what the folder holds. The --out folder must be new, empty or an earlier export
 (never the checkpoint's own folder). `--quantize int8` also writes the int8 weight-quantized
 graphs (onnxruntime's own tooling).
@@ -10,7 +10,7 @@ graphs (onnxruntime's own tooling).
 pygpt's custom ops are translated to standard ONNX ops (attention into MatMul/Softmax with its
 mask, layer norm into LayerNormalization), so the graphs run in stock onnxruntime with no
 custom-op library. The export is checked against PyTorch before anything is written, and the
-folder changes as a whole (pygpt.onnx_graph.write_export): a failed or killed export leaves the
+folder changes as a whole (pygpt.onnx.graph.write_export): a failed or killed export leaves the
 earlier export or the new one, never a mix.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Optional, Union
 from pygpt import checkpoint
 from pygpt.families import family
 from pygpt.io import committed_path, is_leftover
-from pygpt.onnx_graph import OPSET, TRANSLATIONS
+from pygpt.onnx.graph import OPSET, TRANSLATIONS
 from pygpt.run_files import CONFIG, RUNNER_CONFIG, WEIGHTS
 
 __all__ = ["OPSET", "TRANSLATIONS", "export", "main"]

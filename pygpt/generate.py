@@ -16,9 +16,9 @@ from typing import Optional
 import torch
 
 from pygpt.checkpoint import load
-from pygpt.cli import HelpFormatter, exits_cleanly, utf8_text
+from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
 from pygpt.config import KERNEL_SETS
-from pygpt.decoding import Generates, Sampling
+from pygpt.decoding.sampling import Generates, Sampling
 from pygpt.tokenizer import decode_stream
 
 def build_parser() -> argparse.ArgumentParser:

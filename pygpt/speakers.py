@@ -8,7 +8,7 @@ line with no lines after it is no speech. Each speech becomes one example, its l
 a space, labelled with its speaker's name. Speakers are told apart by name only (the GLOUCESTER
 of one play and of another are one label).
 
-DIR/train.tsv and DIR/test.tsv (header `label<TAB>text`, read by pygpt.labelled_data) split each
+DIR/train.tsv and DIR/test.tsv (header `label<TAB>text`, read by pygpt.data.labelled) split each
 speaker's speeches alike (stratified): round(--test-fraction * n) of them, at least one and
 leaving at least one to train on, drawn with --seed; the same text, speakers and seed give the
 same files. Validation during fine-tuning holds out a tenth of train.tsv, never test.tsv.
@@ -35,7 +35,7 @@ from collections import Counter
 from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
 
-from pygpt.data import SHIPPED_TEXT, read_text
+from pygpt.data.text import SHIPPED_TEXT, read_text
 from pygpt.io import atomic_write_text
 
 
@@ -112,7 +112,7 @@ def without_speeches(text: str, speeches: Sequence[Speech]) -> str:
 
 
 def tsv(speeches: Sequence[Speech]) -> str:
-    """The speeches as pygpt.labelled_data reads them: a `label<TAB>text` header, one row each,
+    """The speeches as pygpt.data.labelled reads them: a `label<TAB>text` header, one row each,
     quoted by the csv module where a text holds a tab or a quote."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")

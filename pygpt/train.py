@@ -22,7 +22,7 @@ from typing import Any, Optional
 from pygpt import checkpoint
 from pygpt.cli import add_dataclass_flags, overrides
 from pygpt.config import ModelConfig, TrainConfig, config_from_dict
-from pygpt.data import check_data_file
+from pygpt.data.text import check_data_file
 from pygpt.families import FAMILIES, family
 from pygpt.families.base import TRANSLATION_FILES
 from pygpt.presets import PRESETS, preset

@@ -2,10 +2,10 @@
 encoder-decoder checkpoint (arch seq2seq), by beam search (default beam 4) or greedy decoding.
 
 `--file src.txt` translates every line of a file (UTF-8, or gzip by a .gz name), batched longest
-first (pygpt.text_translation), and writes the translations in input order, one per line, to
+first (pygpt.decoding.translate_texts), and writes the translations in input order, one per line, to
 stdout or `--out` (written atomically); blank lines stay blank. With `--ref ref.txt` (the
 reference translations, line by line) it prints sacreBLEU's BLEU, the lowercased BLEU and chrF
-to stderr (pygpt.bleu).
+to stderr (pygpt.tasks.bleu).
 """
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ from typing import Optional
 
 import torch
 
-from pygpt.bleu import score
+from pygpt.tasks.bleu import score
 from pygpt.checkpoint import load
 from pygpt.config import KERNEL_SETS
 from pygpt.io import atomic_write_text
 from pygpt.models import Seq2Seq
-from pygpt.parallel_data import read_lines
-from pygpt.text_translation import BATCH_SIZE, SPECIALS, translate_texts
+from pygpt.data.parallel import read_lines
+from pygpt.decoding.translate_texts import BATCH_SIZE, SPECIALS, translate_texts
 from pygpt.tokenizer import require_specials
-from pygpt.translation_search import Search
+from pygpt.decoding.beam_search import Search
 
 
 def build_parser() -> argparse.ArgumentParser:

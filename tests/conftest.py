@@ -39,7 +39,7 @@ def two_threads():
 @pytest.fixture(scope="session")
 def text_file(tmp_path_factory):
     """The first 3000 characters of the shipped Shakespeare (52 distinct characters)."""
-    from pygpt.data import SHIPPED_TEXT
+    from pygpt.data.text import SHIPPED_TEXT
 
     path = tmp_path_factory.mktemp("data") / "shakespeare.txt"
     path.write_text(SHIPPED_TEXT.read_text(encoding="utf-8")[:3000], encoding="utf-8")

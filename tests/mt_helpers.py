@@ -6,7 +6,7 @@ import torch
 
 from pygpt.config import ModelConfig
 from pygpt.families import build
-from pygpt.parallel_data import ParallelCorpus
+from pygpt.data.parallel import ParallelCorpus
 from pygpt.tokenizer import SEQ2SEQ_SPECIALS, CharTokenizer
 
 LETTERS = "abcdefgh"

@@ -1,4 +1,4 @@
-"""Batched generation (pygpt.decoding.stream_batch, GPT.generate_batch): prompts of different
+"""Batched generation (pygpt.decoding.sampling.stream_batch, GPT.generate_batch): prompts of different
 lengths decoded together give each prompt the tokens it gets alone, for every position encoding
 (absolute ones re-prefill a row whose window passes the context, relative ones roll each row's
 cache), on both kernel sets, with and without the cache; sampling with one generator per row
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import ARCHS, TINY, make_model, rand_tokens
-from pygpt.decoding import Sampling
+from pygpt.decoding.sampling import Sampling
 
 GREEDY = Sampling(greedy=True)
 ENCODINGS = {**{name: ARCHS[name] for name in ("learned", "sinusoidal", "relative", "alibi")},

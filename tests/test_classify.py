@@ -18,7 +18,7 @@ import pygpt.train
 from helpers import metrics, state_dicts_equal
 from pygpt import checkpoint
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.labelled_data import Encoded, counts, macro_f1, read_labelled
+from pygpt.data.labelled import Encoded, counts, macro_f1, read_labelled
 from pygpt.models import BERT
 from pygpt.run_files import LABELS
 from pygpt.tokenizer import CharTokenizer

@@ -18,7 +18,7 @@ import pygpt.generate
 import pygpt.train
 from helpers import TINY_FLAGS, edit_json, metrics
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.decoding import Sampling
+from pygpt.decoding.sampling import Sampling
 from pygpt.run_files import WEIGHTS
 
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.data import SHIPPED_TEXT
+from pygpt.data.text import SHIPPED_TEXT
 from pygpt.models import GPT
 from pygpt.ops.registry import OPS
 from pygpt.training import train

@@ -25,7 +25,7 @@ import pygpt.train
 from helpers import state_dicts_equal, tiny_train_cfg
 from pygpt import checkpoint
 from pygpt import export as exporter
-from pygpt import export_gpt
+from pygpt.onnx import gpt as export_gpt
 from pygpt.config import ModelConfig
 from pygpt.io import KILL_ENV, is_leftover, recover_folder
 from pygpt.run_files import CONFIG, ONNX_FP32, RUNNER_CONFIG, TOKENIZER

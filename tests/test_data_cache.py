@@ -1,4 +1,4 @@
-"""Reading training text and the token cache (pygpt.data): read_chunks reproduces a file exactly
+"""Reading training text and the token cache (pygpt.data.text): read_chunks reproduces a file exactly
 however it is cut into chunks (multi-byte characters straddling the cuts); TokenFile tokenizes a
 file once into a hidden memory-mapped file beside it (or in the user cache dir when that folder is
 read-only), finds it again by the hash of the file's content and of the tokenizer, and never
@@ -10,8 +10,8 @@ import stat
 import numpy as np
 import pytest
 
-import pygpt.data as data
-from pygpt.data import TokenFile, read_chunks, read_text
+import pygpt.data.text as data
+from pygpt.data.text import TokenFile, read_chunks, read_text
 from pygpt.tokenizer import BPETokenizer, CharTokenizer
 
 # Shakespeare with characters of every UTF-8 length, combining marks, CRLF, blank lines, a long

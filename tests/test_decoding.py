@@ -1,4 +1,4 @@
-"""Decoding (pygpt.decoding): generation with the KV cache against re-running the window, the
+"""Decoding (pygpt.decoding.sampling): generation with the KV cache against re-running the window, the
 sliding-window rule, generate's modes and prompt checks, the Decoder contract on a model that is
 not a GPT, and choosing the next token (greedy, temperature, top-k, top-p, seeds, bad values).
 Tiny models only, so the whole module runs in seconds."""
@@ -8,23 +8,23 @@ import dataclasses
 import pytest
 import torch
 
-import pygpt.decoding
+import pygpt.decoding.sampling
 from helpers import ARCHS, TINY, close, make_model, rand_tokens
 from pygpt.positions import RELATIVE_ENCODINGS
-from pygpt.decoding import Sampling, next_token, stream, window_keep, window_start
+from pygpt.decoding.sampling import Sampling, next_token, stream, window_keep, window_start
 
 
 # --- cached generation == re-running the window -----------------------------------------------
 
 def _record_logits(monkeypatch):
-    """Patches the sampler that pygpt.decoding calls so every step's logits are recorded."""
+    """Patches the sampler that pygpt.decoding.sampling calls so every step's logits are recorded."""
     record = []
 
     def recording(logits, sampling, generator=None):
         record.append(logits.detach().clone())
         return next_token(logits, sampling, generator)
 
-    monkeypatch.setattr(pygpt.decoding, "next_token", recording)
+    monkeypatch.setattr(pygpt.decoding.sampling, "next_token", recording)
     return record
 
 
@@ -135,7 +135,7 @@ class _CountingDecoder:
 
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_stream_drives_any_decoder(use_cache):
-    """pygpt.decoding.stream needs only prefill, step and context_length: with the cache one
+    """pygpt.decoding.sampling.stream needs only prefill, step and context_length: with the cache one
     prefill per window and a one-token step per other new token (the cache never passes the
     context), without it a prefill of the whole window every token."""
     model = _CountingDecoder()

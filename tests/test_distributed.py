@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from pygpt.data import SHIPPED_TEXT
+from pygpt.data.text import SHIPPED_TEXT
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or
                                 not torch.distributed.is_gloo_available(),

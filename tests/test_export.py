@@ -14,9 +14,9 @@ import torch
 from helpers import RUNNER_COMMAND, torch_free_env
 import pygpt
 from pygpt import export as exporter
-from pygpt import export_gpt
+from pygpt.onnx import gpt as export_gpt
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.decoding import Sampling
+from pygpt.decoding.sampling import Sampling
 from pygpt.run_files import ONNX_FP32, ONNX_INT8, RUNNER_CONFIG, TOKENIZER
 from pygpt.training import train
 from pygpt_runtime import run_onnx

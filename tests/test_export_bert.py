@@ -18,9 +18,9 @@ import pygpt.classify
 import pygpt.fill_mask
 import pygpt.train
 from pygpt import export as exporter
-from pygpt.export_bert import padded_batch
-from pygpt.labelled_data import Encoded, Example
-from pygpt.mlm_data import truncate_pair
+from pygpt.onnx.bert import padded_batch
+from pygpt.data.labelled import Encoded, Example
+from pygpt.data.common import truncate_pair
 from pygpt.run_files import RUNNER_CONFIG
 from pygpt_runtime import onnx_bert, run_onnx
 from test_classify import run, zebra_rows
@@ -197,12 +197,12 @@ def test_runner_errors(which, args, pattern, request, capsys):
 
 
 def test_failed_bert_export_leaves_no_file(mlm, tmp_path, monkeypatch):
-    import pygpt.export_bert
+    import pygpt.onnx.bert
 
     def disagree(*_args, **_kwargs):
         raise RuntimeError("exported model disagrees with PyTorch")
 
-    monkeypatch.setattr(pygpt.export_bert, "_check_against_torch", disagree)
+    monkeypatch.setattr(pygpt.onnx.bert, "_check_against_torch", disagree)
     with pytest.raises(RuntimeError, match="disagrees"):
         exporter.export(mlm[0], tmp_path / "onnx")
     assert list((tmp_path / "onnx").iterdir()) == []

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from helpers import TINY, spread_
-from pygpt import export_gpt as gpt_export
-from pygpt import export_bert
+from pygpt.onnx import gpt as gpt_export
+from pygpt.onnx import bert as export_bert
 from pygpt.config import ModelConfig
 from pygpt.models import BERT, GPT
 

@@ -13,7 +13,7 @@ import torch
 import pygpt.ops
 from helpers import TINY, make_model, rand_tokens, spread_
 from pygpt import export as exporter
-from pygpt import export_gpt
+from pygpt.onnx import gpt as export_gpt
 from pygpt.config import ModelConfig
 from pygpt.nn.rotary import rotary_tables
 
@@ -107,7 +107,7 @@ def test_gpt_export_prefill_and_decode(name, tmp_path):
 def test_bert_export_with_rotary(tmp_path):
     """A BERT with rotary positions exports too; the export's own check runs it in onnxruntime
     on padded batches against PyTorch."""
-    from pygpt.export_bert import _check_against_torch, _to_onnx
+    from pygpt.onnx.bert import _check_against_torch, _to_onnx
     from pygpt.models import BERT
 
     cfg = ModelConfig(arch="bert", vocab_size=30, block_size=24, n_layer=2, n_head=2, n_embd=32,

@@ -1,4 +1,4 @@
-"""The ONNX export of a seq2seq checkpoint (pygpt.export_seq2seq) and the torch-free translator
+"""The ONNX export of a seq2seq checkpoint (pygpt.onnx.seq2seq) and the torch-free translator
 (pygpt-run; export/pygpt_runtime/onnx_translate.py): a tiny translator (tests/mt_helpers.py) saved
 and exported once, fp32 and int8; its three graphs must give PyTorch's encoder output, first-step
 and cached-step logits and caches on padded batches; the runner must print exactly what python -m
@@ -18,7 +18,7 @@ import torch
 from helpers import RUNNER_COMMAND, torch_free_env
 from mt_helpers import CFG, reverser, tokenizer, words
 from pygpt import checkpoint
-from pygpt import export_seq2seq as exporter
+from pygpt.onnx import seq2seq as exporter
 from pygpt.config import ModelConfig
 from pygpt.export import export
 from pygpt.families import build

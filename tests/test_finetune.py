@@ -16,7 +16,7 @@ import torch
 import pygpt
 import pygpt.train
 from pygpt.config import TrainConfig, config_from_dict
-from pygpt.data import SHIPPED_TEXT, TokenFile
+from pygpt.data.text import SHIPPED_TEXT, TokenFile
 from pygpt.models import GPT
 from pygpt.training import evaluate, lr_at
 from pygpt.tasks import LanguageModelling

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import TINY, make_model, rand_tokens
-from pygpt.decoding import Sampling
+from pygpt.decoding.sampling import Sampling
 from pygpt.nn import KVCache, LayerKV
 
 

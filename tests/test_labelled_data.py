@@ -1,11 +1,11 @@
-"""Labelled data for classification (pygpt.labelled_data): TSV and CSV files, with and without
+"""Labelled data for classification (pygpt.data.labelled): TSV and CSV files, with and without
 text pairs, every bad file named with its line, the stratified held-out split, rows as
 [CLS] text [SEP] (text_pair [SEP]) cut to the block, and macro-F1 from per-class counts."""
 
 import pytest
 import torch
 
-from pygpt.labelled_data import Encoded, counts, held_out_split, macro_f1, read_labelled
+from pygpt.data.labelled import Encoded, counts, held_out_split, macro_f1, read_labelled
 from pygpt.tokenizer import CharTokenizer
 
 

@@ -18,15 +18,14 @@ PACKAGE = REPO / "pygpt"
 LAYERS = [
     ["pygpt._build_info", "pygpt.io", "pygpt.run_files", "pygpt.positions", "pygpt.config",
      "pygpt.presets", "pygpt.cli", "pygpt.cpu_isa"],
-    ["pygpt.tokenizer", "pygpt.data", "pygpt.mlm_data", "pygpt.labelled_data", "pygpt.ops",
-     "pygpt.plot", "pygpt.parallel_data", "pygpt.bleu"],
+    ["pygpt.tokenizer", "pygpt.data", "pygpt.ops", "pygpt.plot", "pygpt.tasks.bleu"],
     ["pygpt.kernels"],
     ["pygpt.nn"],
-    ["pygpt.decoding", "pygpt.translation_search", "pygpt.text_translation"],
+    ["pygpt.decoding"],
     ["pygpt.models"],
     ["pygpt.tasks"],  # what a family trains for
-    ["pygpt.onnx_graph"],
-    ["pygpt.export_gpt", "pygpt.export_bert", "pygpt.export_seq2seq"],
+    ["pygpt.onnx.graph"],
+    ["pygpt.onnx"],  # each family's graphs
     ["pygpt.families"],
     ["pygpt.compat", "pygpt.checkpoint"],
     ["pygpt.training"],

@@ -1,4 +1,4 @@
-"""BERT pretraining batches (pygpt.mlm_data): lines read and tokenized as a stream; masking at
+"""BERT pretraining batches (pygpt.data.mlm): lines read and tokenized as a stream; masking at
 BERT's rate and 80/10/10 mix, never on specials or padding; [CLS] A [SEP] B [SEP] rows whose B
 really follows A exactly when the NSP label says so (the text's lines are numbered, and every
 token of line k is the id FIRST + k, so each token names its line); rows within block_size;
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-import pygpt.data as data
-from pygpt.mlm_data import (IGNORE_INDEX, MLMBatch, MLMBatches, file_lines, mask_tokens,
-                            tokenize_lines, truncate_pair)
+import pygpt.data.text as data
+from pygpt.data.common import IGNORE_INDEX, truncate_pair
+from pygpt.data.mlm import MLMBatch, MLMBatches, file_lines, mask_tokens, tokenize_lines
 
 SPECIAL = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
 PAD, CLS, SEP, MASK = 0, 2, 3, 4

@@ -1,4 +1,4 @@
-"""Parallel data (pygpt.parallel_data): reading line-aligned source/target files (plain and
+"""Parallel data (pygpt.data.parallel): reading line-aligned source/target files (plain and
 gzip), refusing mismatched ones, skipping empty and over-long pairs, the batches' layout, and
 token-budget bucketing; and the joint BPE tokenizer with the translator's special tokens."""
 import gzip
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from pygpt.mlm_data import IGNORE_INDEX
-from pygpt.parallel_data import (ParallelCorpus, TranslationBatch, bucket_batches, read_lines,
+from pygpt.data.common import IGNORE_INDEX
+from pygpt.data.parallel import (ParallelCorpus, TranslationBatch, bucket_batches, read_lines,
                                  read_pairs)
 from pygpt.tokenizer import (SEQ2SEQ_SPECIALS, BPETokenizer, CharTokenizer,
                              load_tokenizer)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from helpers import TINY, close, make_model, rand_tokens, twin
 from pygpt.config import ModelConfig, config_from_dict, to_dict
-from pygpt.decoding import Sampling
+from pygpt.decoding.sampling import Sampling
 from pygpt.kernels import KERNELS, KernelModule
 from pygpt.nn import MLP, Rotary
 from pygpt.ops.attention import explicit_position_bias

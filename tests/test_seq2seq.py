@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from helpers import close
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.mlm_data import IGNORE_INDEX
+from pygpt.data.common import IGNORE_INDEX
 from pygpt.families import build
 from pygpt.models import Seq2Seq
 from pygpt.nn.decoder_block import DecoderCache

@@ -1,11 +1,11 @@
 """pygpt.speakers: parsing a play script into speeches, the top-N speakers, the stratified split,
-the TSV files (read back by pygpt.labelled_data) and the pretraining text without the test
+the TSV files (read back by pygpt.data.labelled) and the pretraining text without the test
 speeches."""
 from collections import Counter
 
 import pytest
 
-from pygpt.labelled_data import read_labelled
+from pygpt.data.labelled import read_labelled
 from pygpt.speakers import (main, parse_speeches, split_speeches, top_speakers, tsv,
                             without_speeches)
 

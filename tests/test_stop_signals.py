@@ -14,7 +14,7 @@ import pytest
 
 import pygpt.train
 from helpers import TINY_FLAGS, metrics
-from pygpt.data import TokenSplits
+from pygpt.data.text import TokenSplits
 from pygpt.run_files import CONFIG, METRICS, WEIGHTS
 from pygpt.training.run_folder import LOCK
 

@@ -1,4 +1,4 @@
-"""The token cache (pygpt.data.TokenFile) against damage and clutter: a cache cut short, with
+"""The token cache (pygpt.data.text.TokenFile) against damage and clutter: a cache cut short, with
 a changed byte, or from a pygpt that recorded no length and digest is detected when mapped and
 tokenized again (never used: it would train on wrong tokens and report wrong bits per char), and
 writing a cache removes those of the data file's earlier contents so they do not pile up."""
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pygpt.data import TokenFile
+from pygpt.data.text import TokenFile
 from pygpt.tokenizer import CharTokenizer
 from test_data_cache import TEXT, cache_files, corpus, user_cache  # noqa: F401 (fixtures)
 

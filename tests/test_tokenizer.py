@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from pygpt.data import SHIPPED_TEXT
+from pygpt.data.text import SHIPPED_TEXT
 from pygpt.tokenizer import BPETokenizer, CharTokenizer, decode_stream, load_tokenizer
 
 # Characters the Shakespeare training text below never contains: emoji (4-byte UTF-8, also a ZWJ

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from pygpt.data import SHIPPED_TEXT
+from pygpt.data.text import SHIPPED_TEXT
 from pygpt.tokenizer import (SPECIAL_TOKENS, BPETokenizer, CharTokenizer, WordPieceTokenizer,
                              decode_stream, load_tokenizer, tokenizer_from_json)
 
@@ -81,7 +81,7 @@ def test_wordpiece_from_chunks(corpus):
 # tokens (the bert-baby preset's size), printed as its json.
 _TRAIN_IN_A_PROCESS = """
 import sys
-from pygpt.data import SHIPPED_TEXT
+from pygpt.data.text import SHIPPED_TEXT
 from pygpt.tokenizer import BPETokenizer, WordPieceTokenizer
 text = SHIPPED_TEXT.read_text(encoding="utf-8")[:200_000]
 kind = sys.argv[1]

@@ -15,7 +15,7 @@ import torch
 import pygpt
 import pygpt.train
 from helpers import TINY_FLAGS, TINY_MODEL, metrics, state_dicts_equal, tiny_train_cfg
-from pygpt.data import TokenSplits, read_text
+from pygpt.data.text import TokenSplits, read_text
 from pygpt.run_files import CONFIG, METRICS, TRAIN_STATE, WEIGHTS
 from pygpt.training import train
 

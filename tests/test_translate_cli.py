@@ -1,18 +1,18 @@
 """python -m pygpt.translate (in-process main calls) on a tiny seq2seq saved with
 pygpt.checkpoint.save: the translation of --text and of a --file (batched longest first, any
 batch size) must be what translation_search.translate gives each sentence alone; --ref prints
-sacreBLEU's figures; bad requests end in a one-line error. And pygpt.bleu against sacreBLEU."""
+sacreBLEU's figures; bad requests end in a one-line error. And pygpt.tasks.bleu against sacreBLEU."""
 import pytest
 import sacrebleu
 import torch
 
 from mt_helpers import CFG, reverser, tokenizer
 from pygpt import checkpoint
-from pygpt.bleu import score
+from pygpt.tasks.bleu import score
 from pygpt.config import ModelConfig
 from pygpt.families import build
 from pygpt.translate import main
-from pygpt.translation_search import Search, translate
+from pygpt.decoding.beam_search import Search, translate
 
 LINES = ["abc de", "", "h", "  gg fa bc.  ", "ab", "   ", "hgfedcba abcdefgh", "c.c", "dd e"]
 

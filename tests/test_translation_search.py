@@ -1,4 +1,4 @@
-"""Greedy decoding and beam search (pygpt.translation_search) against plain references that
+"""Greedy decoding and beam search (pygpt.decoding.beam_search) against plain references that
 decode one sentence at a time and re-run the decoder over the whole prefix at every step (no
 cache, no batching, no row selection); beam 1 against greedy; the length limits; and a tiny
 model trained here to reverse sequences, which both decoders must then translate exactly."""
@@ -9,7 +9,7 @@ import torch
 
 from pygpt.config import ModelConfig
 from pygpt.families import build
-from pygpt.translation_search import Search, beam_search, greedy, translate
+from pygpt.decoding.beam_search import Search, beam_search, greedy, translate
 from pygpt_runtime.onnx_search import length_penalty
 
 PAD, BOS, EOS = 0, 1, 2

@@ -2,21 +2,21 @@
 as a function of the generator's state within the token budget, the validation pass over every
 pair, the metrics against a direct computation, and one optimizer step of the seq2seq model on
 its batches through the loop's train_step; validation BLEU against greedy decoding, sentence by
-sentence, scored by pygpt.bleu."""
+sentence, scored by pygpt.tasks.bleu."""
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from pygpt.bleu import score
+from pygpt.tasks.bleu import score
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.families import build, family
-from pygpt.parallel_data import ParallelCorpus
+from pygpt.data.parallel import ParallelCorpus
 from pygpt.tokenizer import SEQ2SEQ_SPECIALS, CharTokenizer
 from pygpt.training.step import train_step
 from pygpt.tasks.translation import Translation
-from pygpt.translation_search import Search, translate
+from pygpt.decoding.beam_search import Search, translate
 
 WORDS = ["ab", "abc", "b", "cab", "ccba", "bacab", "a"]
 

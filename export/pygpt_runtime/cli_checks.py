@@ -1,7 +1,7 @@
 """The command-line rules of the runner and of pygpt's commands, torch-free: the checks of the
 sampling flags and text arguments, the --help formatter, and the clean exit on Ctrl-C or a closed
 pipe. pygpt.cli takes the formatter, the text check and the clean exit from here; the sampling
-checks mirror pygpt's (pygpt.decoding.Sampling, pygpt.generate's checks), which this package
+checks mirror pygpt's (pygpt.decoding.sampling.Sampling, pygpt.generate's checks), which this package
 cannot import; tests/test_runner_cli.py holds the two command lines to the same refusals."""
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ MASK = "[MASK]"
 
 def truncate_pair(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
     """The lengths of A and B once the longer (B on a tie) has lost its last token until the
-    two fit budget, as pygpt.mlm_data.truncate_pair."""
+    two fit budget, as pygpt.data.common.truncate_pair."""
     while len_a + len_b > budget:
         if len_a > len_b:
             len_a -= 1

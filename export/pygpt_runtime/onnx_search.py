@@ -1,5 +1,5 @@
 """Greedy decoding and beam search for an encoder-decoder, batched over sentences: the rules, once
-for both sides (pygpt.translation_search on torch tensors, and the numpy rows here for an ONNX
+for both sides (pygpt.decoding.beam_search on torch tensors, and the numpy rows here for an ONNX
 export run by onnx_translate.py), so that a translation here is the one python -m
 pygpt.translate gives, token for token. Nothing here imports torch or pygpt.
 

@@ -1,4 +1,4 @@
-"""Translate with an encoder-decoder exported by pygpt (pygpt.export_seq2seq), with onnxruntime
+"""Translate with an encoder-decoder exported by pygpt (pygpt.onnx.seq2seq), with onnxruntime
 and numpy only (and `tokenizers` for a bpe tokenizer): the deployment side of
 python -m pygpt.translate, whose output it reproduces token for token.
 
@@ -9,7 +9,7 @@ Options as pygpt.translate's: --beam K (default 4), --greedy, --length-penalty (
 --max-len-extra (50), --batch-size (32); plus --int8 (the int8-quantized graphs) and --threads
 (onnxruntime intra-op threads). Sentences are stripped, blank ones stay blank, sources are cut to
 the model's positions, and a file is translated longest first in batches (as
-pygpt.text_translation does), its translations written in input order.
+pygpt.decoding.translate_texts does), its translations written in input order.
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ class OnnxSeq2Seq:
 
     def translate_ids(self, sources: Sequence[Sequence[int]], search: Search,
                       batch_size: int = BATCH_SIZE) -> list[list[int]]:
-        """As pygpt.text_translation.translate_ids: longest first, in batches, in input order."""
+        """As pygpt.decoding.translate_texts.translate_ids: longest first, in batches, in input order."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         rows = [list(s[:self.block_size]) for s in sources]

@@ -54,7 +54,7 @@ class OnnxGPT:
 def next_token(logits: np.ndarray, greedy: bool = False, temperature: float = 1.0,
                top_k: Optional[int] = None, top_p: Optional[float] = None,
                rng: Optional[np.random.Generator] = None) -> np.ndarray:
-    """logits (batch, vocab) -> token ids (batch,); pygpt.decoding.next_token's rules, so any
+    """logits (batch, vocab) -> token ids (batch,); pygpt.decoding.sampling.next_token's rules, so any
     positive temperature works (a tiny one approaches greedy)."""
     if greedy:
         return logits.argmax(axis=-1)
@@ -81,7 +81,7 @@ def next_token(logits: np.ndarray, greedy: bool = False, temperature: float = 1.
 
 def stream(model: OnnxGPT, ids: np.ndarray, max_new_tokens: int, **sampling) -> Iterator[np.ndarray]:
     """Yields max_new_tokens new tokens (batch,) continuing ids (batch, T); the window slides
-    past the context length as pygpt.decoding does. Only the window is held (at most the
+    past the context length as pygpt.decoding.sampling does. Only the window is held (at most the
     context + 1 tokens), so each token costs the same however long the stream runs."""
     block, keep = model.config["block_size"], model.config["window_keep"]
     window = ids[:, -block:]

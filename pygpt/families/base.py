@@ -12,7 +12,7 @@ from typing import Any, Optional
 from torch import nn
 
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.data import read_chunks
+from pygpt.data.text import read_chunks
 from pygpt.tokenizer import Specials, Tokenizer
 from pygpt.tasks import Task
 

@@ -1,14 +1,14 @@
 """The encoder-only BERT: masked-LM (and next-sentence) pretraining on a text, fine-tuning to
 classify labelled texts (--task classify), fill-mask, and its export as one encoder graph
-(pygpt.export_bert)."""
+(pygpt.onnx.bert)."""
 from __future__ import annotations
 
 import shlex
 
-from pygpt.export_bert import export_bert
+from pygpt.onnx.bert import export_bert
 from pygpt.families.base import Family
-from pygpt.labelled_data import read_labelled
-from pygpt.mlm_data import MLMBatches
+from pygpt.data.labelled import read_labelled
+from pygpt.data.mlm import MLMBatches
 from pygpt.models import BERT
 from pygpt.tasks import Classification, MaskedLanguageModelling
 

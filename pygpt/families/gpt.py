@@ -1,11 +1,11 @@
 """The decoder-only GPT: next-token pretraining on a text, text generation, and its export as one
-ONNX graph with a KV cache (pygpt.export_gpt)."""
+ONNX graph with a KV cache (pygpt.onnx.gpt)."""
 from __future__ import annotations
 
 import shlex
 
-from pygpt.data import TokenFile
-from pygpt.export_gpt import export_gpt
+from pygpt.data.text import TokenFile
+from pygpt.onnx.gpt import export_gpt
 from pygpt.families.base import Family
 from pygpt.models import GPT
 from pygpt.tasks import LanguageModelling

@@ -1,12 +1,12 @@
 """The encoder-decoder translator (arch seq2seq): trained on sentence pairs in token-budget
 batches (--src-data, --tgt-data), one joint vocabulary with [PAD] [UNK] [BOS] [EOS], translation
-by beam search, and its export as an encoder and two decoder graphs (pygpt.export_seq2seq)."""
+by beam search, and its export as an encoder and two decoder graphs (pygpt.onnx.seq2seq)."""
 from __future__ import annotations
 
 import shlex
 import sys
 
-from pygpt.export_seq2seq import export_seq2seq
+from pygpt.onnx.seq2seq import export_seq2seq
 from pygpt.families.base import TRANSLATION_FILES, Family, flag
 from pygpt.models import Seq2Seq
 from pygpt.tokenizer import SEQ2SEQ_SPECIALS

@@ -20,7 +20,7 @@ from torch import nn
 
 from pygpt.config import ModelConfig
 from pygpt.kernels import KernelModule
-from pygpt.mlm_data import IGNORE_INDEX  # a label the losses skip
+from pygpt.data.common import IGNORE_INDEX  # a label the losses skip
 from pygpt.models.blocks import transformer_block
 from pygpt.nn import Embeddings, LayerNorm, position_bias
 

@@ -3,7 +3,7 @@ attention), a stack of causal transformer blocks, a final layer norm and the LM 
 initialised. Attention, every layer norm and the loss run on the model's kernel set: ours
 (`ext`, default) or plain PyTorch (`torch`), the reference path that must agree with ours.
 
-Decoding contract (pygpt.decoding.Decoder): `prefill(idx)` runs a window and returns its logits
+Decoding contract (pygpt.decoding.sampling.Decoder): `prefill(idx)` runs a window and returns its logits
 and a KVCache; `step(idx, cache)` runs the next positions against the cache and extends it.
 With rotary or no positions the cache rolls (`rolling_cache`): it keeps the last block_size
 positions, so decoding goes on past the context without re-prefilling.
@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from pygpt.config import ModelConfig
-from pygpt.decoding import Generates
+from pygpt.decoding.sampling import Generates
 from pygpt.kernels import KernelModule
 from pygpt.models.blocks import transformer_block
 from pygpt.nn import Embeddings, KVCache, LayerNorm, gpt2_init, position_bias

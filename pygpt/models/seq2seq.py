@@ -14,7 +14,7 @@
   set on the model by its family for training, 0 otherwise. Linear layers are Xavier-uniform
   initialised (biases zero), as in the paper's reference code, tensor2tensor.
 
-Incremental decoding (pygpt.translation_search): `encode` once per batch, then `decode` one
+Incremental decoding (pygpt.decoding.beam_search): `encode` once per batch, then `decode` one
 position at a time against a DecoderCache (`new_decoder_cache`), which also holds each layer's
 cross-attention keys and values of the memory, computed on the first step only.
 """
@@ -28,7 +28,7 @@ from torch import nn
 
 from pygpt.config import ModelConfig
 from pygpt.kernels import KernelModule
-from pygpt.mlm_data import IGNORE_INDEX  # the target label the loss skips (padding)
+from pygpt.data.common import IGNORE_INDEX  # the target label the loss skips (padding)
 from pygpt.models.blocks import decoder_block, transformer_block
 from pygpt.nn import Embeddings, LayerNorm, position_bias
 from pygpt.nn.decoder_block import DecoderCache
@@ -135,7 +135,7 @@ class Seq2Seq(KernelModule):
     def forward(self, src: torch.Tensor, src_lengths: Optional[torch.Tensor],
                 tgt_in: torch.Tensor, tgt_out: Optional[torch.Tensor] = None,
                 tgt_lengths: Optional[torch.Tensor] = None) -> Seq2SeqOutput:
-        """Teacher forcing over a batch (the fields of pygpt.parallel_data.TranslationBatch):
+        """Teacher forcing over a batch (the fields of pygpt.data.parallel.TranslationBatch):
         logits for every target position and, with tgt_out (B, T) (the next tokens, IGNORE_INDEX
         on padding), the label-smoothed loss."""
         logits = self.decode(tgt_in, self.encode(src, src_lengths), src_lengths,

@@ -1,5 +1,5 @@
 """The ONNX opset that the ops' ONNX translations (each op's `*_onnx` function) write and the
-exporter (pygpt.onnx_graph) declares, and onnxscript's ops of it, imported on first use: onnxscript
+exporter (pygpt.onnx.graph) declares, and onnxscript's ops of it, imported on first use: onnxscript
 takes longer to import than pygpt.ops itself, and only an export needs it."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The list of pygpt's ops: one `Op` per op, in the order of pygpt.ops's __all__. Everything that
 needs the list of ops reads it here: pygpt.ops's __all__, the kernel sets (pygpt.kernels: one
-slot per op), the ONNX exporter's translation table (pygpt.onnx_graph), the op-contract tests,
+slot per op), the ONNX exporter's translation table (pygpt.onnx.graph), the op-contract tests,
 and CI's check that a CUDA build registers every op's CUDA kernel.
 
 Adding an op: its module pygpt/ops/<op>.py (public function, fakes, plain-PyTorch reference,

@@ -5,10 +5,10 @@ looks inside either.
 
 - LanguageModelling (GPT): random context windows, next-token loss; reports loss, perplexity
   and bits per character (comparable across tokenizers).
-- MaskedLanguageModelling (BERT): sentence pairs with masked tokens (pygpt.mlm_data); reports
+- MaskedLanguageModelling (BERT): sentence pairs with masked tokens (pygpt.data.mlm); reports
   the total loss, the masked-LM loss and accuracy over the masked tokens, and next-sentence
   accuracy.
-- Classification (BERT fine-tuning): labelled texts (pygpt.labelled_data); reports loss,
+- Classification (BERT fine-tuning): labelled texts (pygpt.data.labelled); reports loss,
   accuracy and macro-F1, on the whole validation set every time.
 - Translation (seq2seq; pygpt.tasks.translation): sentence pairs in token-budget
   batches (`by_tokens`: ranks draw their own batches instead of slicing one by rows), and
@@ -25,10 +25,11 @@ from typing import Any, Iterable, NamedTuple, Optional, Protocol
 import torch
 import torch.nn.functional as F
 
-from pygpt.data import TokenFile, TokenSplits
-from pygpt.labelled_data import (Encoded, counts, held_out_split, labels_of, macro_f1,
+from pygpt.data.text import TokenFile, TokenSplits
+from pygpt.data.labelled import (Encoded, counts, held_out_split, labels_of, macro_f1,
                                   read_labelled)
-from pygpt.mlm_data import IGNORE_INDEX, MLMBatches
+from pygpt.data.common import IGNORE_INDEX
+from pygpt.data.mlm import MLMBatches
 
 Metrics = dict[str, tuple[float, float]]  # name -> (sum, count) over the batches evaluated
 

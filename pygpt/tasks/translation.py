@@ -1,5 +1,5 @@
 """The training task of the encoder-decoder translator (arch seq2seq), on pygpt.tasks'
-Task protocol: batches of sentence pairs by token budget (pygpt.parallel_data), and an
+Task protocol: batches of sentence pairs by token budget (pygpt.data.parallel), and an
 evaluation that reports the label-smoothed loss the model trains on, the plain per-token
 cross-entropy (nll) with its perplexity, and next-token accuracy, all per target token.
 
@@ -11,8 +11,8 @@ walked epoch by epoch. `batch_size` is not used: max_tokens sets the size.
 
 An evaluation passes over the whole validation set in order, and over `iters` random batches
 of the training set. With bleu_sentences (and the tokenizer), `model_metrics(model)` also
-translates the first bleu_sentences validation pairs by greedy decoding (pygpt.text_translation)
-and scores them against their targets with sacreBLEU (pygpt.bleu): val_bleu, val_bleu_lc
+translates the first bleu_sentences validation pairs by greedy decoding (pygpt.decoding.translate_texts)
+and scores them against their targets with sacreBLEU (pygpt.tasks.bleu): val_bleu, val_bleu_lc
 (lowercased) and val_chrf, plus `samples` of those translations (source, reference, output) as
 val_samples; the subset is fixed, so the figures compare across evaluations.
 
@@ -31,14 +31,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pygpt.bleu import score
+from pygpt.tasks.bleu import score
 from pygpt.config import TrainConfig
-from pygpt.mlm_data import IGNORE_INDEX
-from pygpt.parallel_data import (ParallelCorpus, TranslationBatch, bucket_batches, read_lines,
+from pygpt.data.common import IGNORE_INDEX
+from pygpt.data.parallel import (ParallelCorpus, TranslationBatch, bucket_batches, read_lines,
                                  read_pairs)
-from pygpt.text_translation import translate_ids
+from pygpt.decoding.translate_texts import translate_ids
 from pygpt.tasks import Metrics, TaskDefaults
-from pygpt.translation_search import Search
+from pygpt.decoding.beam_search import Search
 
 BUCKETING_SEED = 0  # the fixed order each split's batches are cut in
 HELD_OUT_EVERY, HELD_OUT_MOST, HELD_OUT_SEED = 20, 2000, 0  # validation without --val-src

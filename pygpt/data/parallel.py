@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, 
 import numpy as np
 import torch
 
-from pygpt.mlm_data import IGNORE_INDEX, Segments
+from pygpt.data.common import IGNORE_INDEX, Segments
 from pygpt.tokenizer import require_specials
 
 REQUIRED = ("[PAD]", "[BOS]", "[EOS]")  # the specials a batch writes

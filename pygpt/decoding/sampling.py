@@ -225,7 +225,7 @@ class Generates:
 
     @torch.inference_mode()
     def stream(self, idx: torch.Tensor, max_new_tokens: int, **options) -> Iterator[torch.Tensor]:
-        """Yields each new token (B,) as it is chosen; options as pygpt.decoding.stream."""
+        """Yields each new token (B,) as it is chosen; options as pygpt.decoding.sampling.stream."""
         was_training = self.training
         self.eval()
         try:
@@ -243,7 +243,7 @@ class Generates:
     def stream_batch(self, prompts: Sequence[Prompt], max_new_tokens: int,
                      **options) -> Iterator[torch.Tensor]:
         """Yields each step's new tokens (B,), one per prompt; options as
-        pygpt.decoding.stream_batch (the tokens on the module's device)."""
+        pygpt.decoding.sampling.stream_batch (the tokens on the module's device)."""
         was_training = self.training
         self.eval()
         try:

@@ -9,7 +9,7 @@ exactly BERT.forward(input_ids, token_type_ids, lengths). Checked against PyTorc
 batches before anything is written; `runner.json` tells export/run_onnx.py the task, labels and
 special tokens.
 
-The folder is written by pygpt.onnx_graph.write_export, as a whole."""
+The folder is written by pygpt.onnx.graph.write_export, as a whole."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import torch
 
 from pygpt.models import BERT
-from pygpt.onnx_graph import models_entry, to_onnx, write_export
+from pygpt.onnx.graph import models_entry, to_onnx, write_export
 from pygpt.run_files import ONNX_FP32
 from pygpt.tokenizer import require_specials
 

@@ -9,7 +9,7 @@ its line.
 Rows are [CLS] text [SEP] (text_pair [SEP]), the longer of the two cut from its end until the
 row fits the model's block_size; segment ids are 0 up to the first [SEP] and 1 after it. Batches
 are right-padded with [PAD] to their longest row, `lengths` saying where each row's padding
-starts, exactly as pygpt.mlm_data's pretraining batches.
+starts, exactly as pygpt.data.mlm's pretraining batches.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from pygpt.mlm_data import pad_rows, truncate_pair
+from pygpt.data.common import pad_rows, truncate_pair
 from pygpt.tokenizer import require_specials
 
 REQUIRED_COLUMNS = ("label", "text")

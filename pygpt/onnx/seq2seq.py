@@ -17,9 +17,9 @@ Two decoder graphs rather than one: the first step computes the cross-attention 
 from the encoder's output and later steps must not, which one graph could only do with an If
 node; as two, each graph is a plain trace of Seq2Seq.decode with a DecoderCache. Positions follow
 from the past's length. Our attention and layer norm ops are translated as in the GPT export
-(pygpt.onnx_graph). Every graph is checked against PyTorch on a padded batch before anything is
+(pygpt.onnx.graph). Every graph is checked against PyTorch on a padded batch before anything is
 written; `int8` adds the three graphs with onnxruntime-quantized weights; the folder gets the
-tokenizer and runner.json, and changes as a whole (pygpt.onnx_graph.write_export).
+tokenizer and runner.json, and changes as a whole (pygpt.onnx.graph.write_export).
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ import torch
 from pygpt.models import Seq2Seq
 from pygpt.nn import KVCache
 from pygpt.nn.decoder_block import DecoderCache
-from pygpt.onnx_graph import models_entry, to_onnx, write_export
-from pygpt.text_translation import SPECIALS
+from pygpt.onnx.graph import models_entry, to_onnx, write_export
+from pygpt.decoding.translate_texts import SPECIALS
 from pygpt.tokenizer import require_specials
 
 PARTS = {"encoder": "encoder_model", "decoder": "decoder_model",

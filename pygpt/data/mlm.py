@@ -22,33 +22,17 @@ draw comes from the torch.Generator given, so a batch is a function of the gener
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
 from pathlib import Path
-from typing import (Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence,
-                    Union)
+from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, Union
 
 import numpy as np
 import torch
 
-from pygpt.data import read_chunks
+from pygpt.data.common import IGNORE_INDEX, Segments, pad_rows, truncate_pair
+from pygpt.data.text import read_chunks
 from pygpt.tokenizer import require_specials
 
-IGNORE_INDEX = -100
 REQUIRED = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")  # the ones a batch writes
-
-
-def pad_rows(rows: Sequence[np.ndarray], firsts: Sequence[int],
-             pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(input_ids, segment_ids, lengths) of token rows right-padded with pad to the longest:
-    segment ids 1 from firsts[b] (where segment B starts) to the row's end, 0 elsewhere."""
-    lengths = [len(row) for row in rows]
-    input_ids = np.full((len(rows), max(lengths)), pad, dtype=np.int64)
-    segment_ids = np.zeros_like(input_ids)
-    for b, row in enumerate(rows):
-        input_ids[b, :lengths[b]] = row
-        segment_ids[b, firsts[b]:lengths[b]] = 1
-    return (torch.from_numpy(input_ids), torch.from_numpy(segment_ids),
-            torch.tensor(lengths, dtype=torch.int64))
 
 
 class MLMBatch(NamedTuple):
@@ -60,27 +44,9 @@ class MLMBatch(NamedTuple):
     nsp_labels: torch.Tensor  # (B,) int64: 1 = B follows A, 0 = random B; IGNORE_INDEX if no NSP
 
 
-@dataclass(frozen=True, eq=False)
-class Segments:
-    """Tokenized lines: line k is ids[offsets[k]:offsets[k + 1]] (offsets has len(self) + 1)."""
-    ids: np.ndarray
-    offsets: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def line(self, k: int) -> np.ndarray:
-        return self.ids[self.offsets[k]:self.offsets[k + 1]]
-
-    def part(self, start: int, stop: int) -> "Segments":
-        """Lines start..stop-1."""
-        lo, hi = self.offsets[start], self.offsets[stop]
-        return Segments(self.ids[lo:hi], self.offsets[start:stop + 1] - lo)
-
-
 def file_lines(path: Optional[Union[str, Path]] = None) -> Iterator[str]:
     """The lines of a UTF-8 file (the shipped corpus when path is None), read piece by piece with
-    pygpt.data.read_chunks (and its errors for missing, empty and non-UTF-8 files)."""
+    pygpt.data.text.read_chunks (and its errors for missing, empty and non-UTF-8 files)."""
     pending = ""
     for chunk in read_chunks(path):
         *lines, pending = (pending + chunk).split("\n")
@@ -110,19 +76,6 @@ def _lines_end(offsets: np.ndarray, start: int, tokens: int, last: int) -> int:
     `tokens` tokens, at least one line and ending at most at `last`."""
     end = int(np.searchsorted(offsets, offsets[start] + tokens, side="right")) - 1
     return min(max(end, start + 1), last)
-
-
-def truncate_pair(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
-    """The lengths of A and B after cutting one token at a time from the end of the longer (B on
-    a tie) until len_a + len_b <= budget; computed at once, not token by token."""
-    excess = len_a + len_b - budget
-    if excess <= 0:
-        return len_a, len_b
-    gap = min(excess, abs(len_a - len_b))
-    len_a, len_b = (len_a - gap, len_b) if len_a > len_b else (len_a, len_b - gap)
-    if excess > gap:  # now equal: they shrink in turn, B first
-        len_a, len_b = (budget + 1) // 2, budget // 2
-    return len_a, len_b
 
 
 def mask_tokens(input_ids: torch.Tensor, lengths: torch.Tensor, special_ids: Iterable[int],

@@ -4,7 +4,7 @@ onnxruntime-genai and Optimum use: inputs `input_ids` (batch, seq) and
 (batch, seq, vocab) and `present.{i}.key` / `.value` (batch, heads, past + seq, head_dim). Batch,
 sequence and past length are dynamic; a past of length 0 is the prefill, and positions are
 derived from the past length, so a decode step at any offset is right. Beside it:
-`tokenizer.json`, and `runner.json` with what the runner needs (pygpt.onnx_graph.write_export).
+`tokenizer.json`, and `runner.json` with what the runner needs (pygpt.onnx.graph.write_export).
 The export is checked against PyTorch (a prefill and a decode step) before anything is written.
 """
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Optional
 
 import torch
 
-from pygpt.decoding import window_keep
+from pygpt.decoding.sampling import window_keep
 from pygpt.models import GPT
 from pygpt.nn import KVCache
-from pygpt.onnx_graph import models_entry, to_onnx, write_export
+from pygpt.onnx.graph import models_entry, to_onnx, write_export
 from pygpt.run_files import ONNX_FP32
 
 Past = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (keys, values)

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Sequence
 import torch
 
 from pygpt.tokenizer import require_specials
-from pygpt.translation_search import Search, translate
+from pygpt.decoding.beam_search import Search, translate
 
 SPECIALS = ("[PAD]", "[BOS]", "[EOS]")  # a translator's tokenizer has them
 BATCH_SIZE = 32  # sentences per batch by default

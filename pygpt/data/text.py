@@ -21,7 +21,7 @@ import torch
 
 from pygpt.io import atomic_write, atomic_write_text
 
-SHIPPED_TEXT = Path(__file__).resolve().parent / "corpus" / "tinyshakespeare.txt"
+SHIPPED_TEXT = Path(__file__).resolve().parent.parent / "corpus" / "tinyshakespeare.txt"
 CHUNK_BYTES = 1 << 20
 USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pygpt"
 
