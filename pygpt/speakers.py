@@ -19,11 +19,11 @@ demonstration: the masked-LM never sees a label, but it has read the test texts 
 line above each). For an honest measurement, --pretrain-text FILE writes the text minus the test
 speeches (each with its speaker line and a blank line); pretrain on that instead:
 
-    python -m pygpt.speakers --out data/speakers --pretrain-text data/speakers/pretrain.txt
-    python -m pygpt.train --arch bert --data data/speakers/pretrain.txt --out runs/bert
-    python -m pygpt.train --task classify --init-from runs/bert --data data/speakers/train.tsv \\
-        --out runs/speakers
-    python -m pygpt.classify --ckpt runs/speakers --data data/speakers/test.tsv
+    python -m pygpt.speakers --out runs/speakers --pretrain-text runs/speakers/pretrain.txt
+    python -m pygpt.train --arch bert --data runs/speakers/pretrain.txt --out runs/bert
+    python -m pygpt.train --task classify --init-from runs/bert --data runs/speakers/train.tsv \\
+        --out runs/cls
+    python -m pygpt.classify --ckpt runs/cls --data runs/speakers/test.tsv
 """
 from __future__ import annotations
 
