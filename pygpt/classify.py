@@ -11,9 +11,9 @@ import torch
 
 from pygpt.checkpoint import load, load_labels
 from pygpt.config import KERNEL_SETS
-from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
 from pygpt.data.labelled import Encoded, Example, counts, macro_f1, read_labelled
 from pygpt.models import BERT
+from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
 
 
 def load_classifier(ckpt: str, kernels: str = "ext") -> tuple[BERT, object, list[str]]:

@@ -129,7 +129,8 @@ class ModelConfig:
             if family not in (None, self.arch) and getattr(self, f.name) != f.default:
                 foreign.setdefault(family, []).append(f.name)
         for family, names in foreign.items():
-            raise ValueError(f"{', '.join(names)} apply to arch {family} only, not {self.arch}")
+            verb = "applies" if len(names) == 1 else "apply"
+            raise ValueError(f"{', '.join(names)} {verb} to arch {family} only, not {self.arch}")
 
     @property
     def head_dim(self) -> int:

@@ -9,9 +9,9 @@ import torch
 
 from pygpt.checkpoint import load
 from pygpt.config import KERNEL_SETS
-from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
 from pygpt.models import BERT
 from pygpt.tokenizer import Tokenizer, require_specials
+from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
 
 MASK = "[MASK]"
 

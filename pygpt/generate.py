@@ -16,10 +16,11 @@ from typing import Optional
 import torch
 
 from pygpt.checkpoint import load
-from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
 from pygpt.config import KERNEL_SETS
 from pygpt.decoding.sampling import Generates, Sampling
 from pygpt.tokenizer import decode_stream
+from pygpt_runtime.cli_checks import (HelpFormatter, add_sampling_flags, exits_cleanly,
+                                      utf8_text)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pygpt.generate", description=__doc__,
@@ -30,16 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "decoded together")
     p.add_argument("--prompt-file", default=None,
                    help="a UTF-8 file of prompts, one per line, decoded together")
-    p.add_argument("--max-new-tokens", type=int, default=500, help="tokens to generate")
-    p.add_argument("--greedy", action="store_true", help="always take the most likely token")
-    p.add_argument("--temperature", type=float, default=1.0,
-                   help="sampling temperature (finite, > 0; tiny values approach --greedy)")
-    p.add_argument("--top-k", type=int, default=None,
-                   help="sample among the k most likely (default: all)")
-    p.add_argument("--top-p", type=float, default=None,
-                   help="nucleus sampling threshold in (0, 1] (default: off)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="seed for reproducible sampling (default: a fresh one)")
+    add_sampling_flags(p)
     p.add_argument("--no-cache", action="store_true",
                    help="re-run the whole window per token instead of using the KV cache")
     p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",

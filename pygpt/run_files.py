@@ -17,7 +17,7 @@ METRICS = "metrics.jsonl"  # one JSON record per evaluation
 LOSS_PLOT = "loss.png"
 LABELS = "labels.json"  # a classifier's class names, in the order of its outputs
 
-# Export folder (also read by export/run_onnx.py, which cannot import pygpt).
+# Export folder (also read by pygpt_runtime, which cannot import pygpt).
 ONNX_FP32 = "model.onnx"
 ONNX_INT8 = "model.int8.onnx"
 RUNNER_CONFIG = "runner.json"

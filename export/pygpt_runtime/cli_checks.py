@@ -1,8 +1,8 @@
-"""The command-line rules of the runner and of pygpt's commands, torch-free: the checks of the
-sampling flags and text arguments, the --help formatter, and the clean exit on Ctrl-C or a closed
-pipe. pygpt.cli takes the formatter, the text check and the clean exit from here; the sampling
-checks mirror pygpt's (pygpt.decoding.sampling.Sampling, pygpt.generate's checks), which this package
-cannot import; tests/test_runner_cli.py holds the two command lines to the same refusals."""
+"""The command-line rules of the runner and of pygpt's commands, torch-free: the sampling flags
+and their checks, the check of text arguments, the --help formatter, and the clean exit on
+Ctrl-C or a closed pipe. pygpt's commands take them from here; the sampling checks mirror
+pygpt.decoding.sampling.Sampling's, which this package cannot import; tests/test_runner_cli.py
+holds the two command lines to the same refusals."""
 from __future__ import annotations
 
 import argparse
@@ -26,6 +26,24 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         if "default" in text or action.required:
             return text
         return super()._get_help_string(action)
+
+
+def add_sampling_flags(p: argparse.ArgumentParser, scope: str = "",
+                       top_k_also: str = "") -> None:
+    """The flags of text generation (python -m pygpt.generate, and the runner's GPT): how many
+    tokens and how each is drawn. scope prefixes each help (the runner's "gpt: "); top_k_also
+    ends --top-k's help (another family's use of the flag)."""
+    p.add_argument("--max-new-tokens", type=int, default=500, help=f"{scope}tokens to generate")
+    p.add_argument("--greedy", action="store_true",
+                   help=f"{scope}always take the most likely token")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help=f"{scope}sampling temperature (finite, > 0; tiny values approach --greedy)")
+    p.add_argument("--top-k", type=int, default=None,
+                   help=f"{scope}sample among the k most likely (default: all){top_k_also}")
+    p.add_argument("--top-p", type=float, default=None,
+                   help=f"{scope}nucleus sampling threshold in (0, 1] (default: off)")
+    p.add_argument("--seed", type=int, default=None,
+                   help=f"{scope}seed for reproducible sampling (default: a fresh one)")
 
 
 def check_sampling(greedy: bool, temperature: float, top_k: Optional[int],

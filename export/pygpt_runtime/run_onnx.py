@@ -23,7 +23,8 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from pygpt_runtime.cli_checks import HelpFormatter, check_sampling, exits_cleanly, utf8_text
+from pygpt_runtime.cli_checks import (HelpFormatter, add_sampling_flags, check_sampling,
+                                      exits_cleanly, utf8_text)
 from pygpt_runtime.onnx_bert import OnnxBERT, run_bert  # noqa: F401  (OnnxBERT: for callers)
 from pygpt_runtime.onnx_text import (RUNNER_CONFIG, decode_stream, open_export,  # noqa: F401
                                      read_config)
@@ -109,16 +110,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                                                 "to classify (default: none)")
     p.add_argument("--text-pair", default=None,
                    help="bert classifier: the second text (default: none)")
-    p.add_argument("--max-new-tokens", type=int, default=500, help="gpt: tokens to generate")
-    p.add_argument("--greedy", action="store_true", help="gpt: always take the likeliest token")
-    p.add_argument("--temperature", type=float, default=1.0,
-                   help="gpt: sampling temperature (finite, > 0; tiny values approach --greedy)")
-    p.add_argument("--top-k", type=int, default=None, help="gpt: sample from the k likeliest "
-                   "(default: all); bert fill-mask: fills shown (default: 5)")
-    p.add_argument("--top-p", type=float, default=None,
-                   help="gpt: nucleus sampling threshold in (0, 1] (default: off)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="gpt: seed for reproducible sampling (default: a fresh one)")
+    add_sampling_flags(p, "gpt: ", top_k_also="; bert fill-mask: fills shown (default: 5)")
     p.add_argument("--threads", type=int, default=None,
                    help="onnxruntime intra-op threads (default: onnxruntime's choice)")
     args = p.parse_args(argv)

@@ -5,8 +5,8 @@ The sentences are taken longest first (a stable sort by token count, so equal le
 input order) and cut into batches of `batch_size`, so that a batch holds sentences of similar
 length and little padding; the translations come back in input order. An empty sentence (no
 tokens) translates to an empty one without running the model. A source longer than the encoder's
-positions is cut to them (`cut` counts those). export/onnx_translate.py batches the same way, so
-that the ONNX runner's output matches this one's.
+positions is cut to them (`cut` counts those). pygpt_runtime.onnx_translate batches the same
+way, so that the ONNX runner's output matches this one's.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ or the class logits (batch, num_labels) of a classifier ("classify"). Batch and 
 block_size) are dynamic. The graph turns the mask into per-row lengths, sum(attention_mask, 1),
 which our attention op takes (the translation builds the padding mask from them), so it is
 exactly BERT.forward(input_ids, token_type_ids, lengths). Checked against PyTorch on padded
-batches before anything is written; `runner.json` tells export/run_onnx.py the task, labels and
+batches before anything is written; `runner.json` tells pygpt_runtime the task, labels and
 special tokens.
 
 The folder is written by pygpt.onnx.graph.write_export, as a whole."""
