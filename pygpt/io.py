@@ -16,6 +16,11 @@ the previous contents whole, never a half-written file or a folder of mixed save
   (a reader may lack write permission): in the staging folder of a committed change that has
   not moved it yet, else in the folder; `read_committed` reads it there.
 
+A folder may come from elsewhere, so nothing here follows a symbolic link where it writes, and
+recovery trusts no marker (pygpt.commit_marker.read_marker): a damaged one, or one naming
+anything but plain names of the folder that its change staged, is refused with a ValueError
+before anything is touched, as is a staging folder that is a link.
+
 Every file is given the mode a plain open() gives (0666 less the umask), also where the writing
 library creates 0600 files.
 
@@ -35,9 +40,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Callable, Optional, Sequence, TypeVar, Union
 
+from pygpt.commit_marker import MARKER, is_plain_name, read_marker
+
 KILL_ENV = "PYGPT_TEST_KILL_AT"
 STAGING = ".staging-"
-MARKER = "COMMITTED"
 _TMP = ".tmp-"
 _STAGING = re.compile(rf"{re.escape(STAGING)}\d+")  # a staging folder's name
 _LEFTOVER = re.compile(rf"{_STAGING.pattern}|\..+{re.escape(_TMP)}\d+")
@@ -89,6 +95,8 @@ def atomic_write(path: Union[str, Path], write: Callable[[Path], None]) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}{_TMP}{os.getpid()}")
     try:
+        tmp.unlink(missing_ok=True)  # a killed writer's, or a link: never written through
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666))
         write(tmp)
         _fsync_file(tmp)
         _file_op()
@@ -134,7 +142,7 @@ class FolderWrite:
 
     def write(self, name: str, write: Callable[[Path], None]) -> Path:
         """Calls write(path) on name's staging path and flushes the file; returns the path."""
-        if "/" in name or name.startswith(".") or name == MARKER:
+        if not is_plain_name(name):
             raise ValueError(f"not a plain file name for {self.folder}: {name!r}")
         write(self.path(name))
         _fsync_file(self.path(name))
@@ -160,28 +168,19 @@ class FolderWrite:
         return [self.folder / name for name in self.written]
 
 
-def _read_marker(staging: Path) -> Optional[dict]:
-    """The committed change staged in staging, or None if it was never committed."""
-    try:
-        marker = json.loads((staging / MARKER).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{staging / MARKER} is damaged ({e}); the folder needs a look") from None
-    if not (isinstance(marker, dict) and isinstance(marker.get("written"), list)
-            and isinstance(marker.get("remove"), list) and isinstance(marker.get("time_ns"), int)):
-        raise ValueError(f"{staging / MARKER} is not a commit marker; the folder needs a look")
-    return marker
-
-
 def _changes(folder: Path) -> list[tuple[Path, Optional[dict]]]:
     """The staging folders in folder with their markers (None: uncommitted), committed ones in
-    the order they were committed."""
+    the order they were committed; a ValueError for a staging folder that is a link."""
     try:
-        stagings = [p for p in folder.iterdir() if _STAGING.fullmatch(p.name) and p.is_dir()]
+        stagings = [p for p in folder.iterdir() if _STAGING.fullmatch(p.name)
+                    and (p.is_symlink() or p.is_dir())]
     except FileNotFoundError:
         return []
-    found = [(p, _read_marker(p)) for p in sorted(stagings)]
+    for p in stagings:
+        if p.is_symlink():
+            raise ValueError(f"{p} is a symbolic link, not a staging folder of pygpt; the "
+                             "folder needs a look (nothing was changed)")
+    found = [(p, read_marker(p)) for p in sorted(stagings)]
     return sorted(found, key=lambda change: change[1]["time_ns"] if change[1] else 0)
 
 

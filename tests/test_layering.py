@@ -16,8 +16,8 @@ PACKAGE = REPO / "pygpt"
 
 # Lowest first. A module belongs to the first layer with a prefix that names it or its package.
 LAYERS = [
-    ["pygpt._build_info", "pygpt.io", "pygpt.run_files", "pygpt.positions", "pygpt.config",
-     "pygpt.presets", "pygpt.cli", "pygpt.cpu_isa"],
+    ["pygpt._build_info", "pygpt.commit_marker", "pygpt.io", "pygpt.run_files",
+     "pygpt.positions", "pygpt.config", "pygpt.presets", "pygpt.cli", "pygpt.cpu_isa"],
     ["pygpt.tokenizer", "pygpt.data", "pygpt.ops", "pygpt.plot", "pygpt.tasks.bleu"],
     ["pygpt.kernels"],
     ["pygpt.nn"],

@@ -10,12 +10,16 @@ that the folder is writable, found before training starts rather than at the fir
 locked, what a killed save left is recovered (pygpt.io.recover_folder: a committed save completed,
 an uncommitted one and temporary files discarded), so the folder holds whole files only.
 
+A folder may come from elsewhere: a LOCK or run file that is a symbolic link is refused (pygpt
+never writes through one).
+
 A new run goes only into an empty folder, or with --overwrite into one holding an earlier run:
 then pygpt's own run files (RUN_FILES, named in pygpt.run_files) are deleted, as late as possible
 (once the data, tokenizer and model are ready), and any other file is left alone.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -34,7 +38,7 @@ RUN_FILES = (CONFIG, WEIGHTS, TRAIN_STATE, TOKENIZER, LABELS, METRICS, LOSS_PLOT
 
 
 def _open_lock_file(path: Path) -> int:
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
 
 
 def _owner(fd: int) -> dict[str, Any]:
@@ -50,10 +54,16 @@ def _describe(owner: dict[str, Any]) -> str:
     return f"pid {owner.get('pid', '?')} on host {owner.get('host', '?')}"
 
 
+def _linked(path: Path) -> ValueError:
+    return ValueError(f"{path} is a symbolic link; pygpt never writes through one: remove it "
+                      "(or pass another --out)")
+
+
 def _same_file(fd: int, path: Path) -> bool:
+    """Whether path (not followed if a link) is the file open as fd."""
     try:
-        here, there = os.fstat(fd), os.stat(path)
-    except FileNotFoundError:
+        here, there = os.fstat(fd), os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
         return False
     return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
@@ -78,6 +88,9 @@ class RunFolder:
         try:
             self._take_lock()
             recover_folder(self.path)
+            for name in RUN_FILES:
+                if (self.path / name).is_symlink():
+                    raise _linked(self.path / name)
         except BaseException:
             self.__exit__()
             raise
@@ -89,6 +102,8 @@ class RunFolder:
             try:
                 fd = _open_lock_file(path)
             except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise _linked(path) from None
                 raise ValueError(f"cannot write into the --out folder {self.path}: "
                                  f"{e.strerror or e}") from None
             try:
@@ -147,5 +162,5 @@ class RunFolder:
         """Deletes the files of an earlier run (--overwrite); other files stay."""
         for name in RUN_FILES:
             path = self.path / name
-            if path.is_file() or path.is_symlink():
+            if path.is_file():  # never a link: refused when the folder was opened
                 path.unlink()
