@@ -11,7 +11,9 @@ pygpt's custom ops are translated to standard ONNX ops (attention into MatMul/So
 mask, layer norm into LayerNormalization), so the graphs run in stock onnxruntime with no
 custom-op library. The export is checked against PyTorch before anything is written, and the
 folder changes as a whole (pygpt.onnx.graph.write_export): a failed or killed export leaves the
-earlier export or the new one, never a mix.
+earlier export or the new one, never a mix. The folder is locked while the export writes into
+it, as a training run locks its own (pygpt.training.run_folder): a second export into it is
+refused.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from pygpt.families import family
 from pygpt.io import committed_path, is_leftover
 from pygpt.onnx.graph import OPSET, TRANSLATIONS
 from pygpt.run_files import CONFIG, RUNNER_CONFIG, WEIGHTS
+from pygpt.training.run_folder import LOCK, RunFolder
 
 __all__ = ["OPSET", "TRANSLATIONS", "export", "main"]
 
@@ -40,7 +43,7 @@ def check_out(ckpt: Path, out: Path) -> None:
         raise ValueError(f"--out {out} is a file, not a folder")
     if any(committed_path(out, name).exists() for name in (CONFIG, WEIGHTS)):
         raise ValueError(f"--out {out} holds a checkpoint; export into a folder of its own")
-    held = [p.name for p in out.iterdir() if not is_leftover(p.name)]
+    held = [p.name for p in out.iterdir() if not is_leftover(p.name) and p.name != LOCK]
     if held and not committed_path(out, RUNNER_CONFIG).exists():
         raise ValueError(f"--out {out} is not empty and holds no pygpt export (no "
                          f"{RUNNER_CONFIG}); export into a new or empty folder, or over an "
@@ -54,9 +57,10 @@ def export(ckpt: Union[str, Path], out_dir: Union[str, Path],
     if quantize not in (None, "int8"):
         raise ValueError(f"--quantize supports only int8, got {quantize!r}")
     check_out(Path(ckpt), Path(out_dir))
-    model, tokenizer = checkpoint.load(ckpt, kernels="ext")
-    return family(model.config.arch).export(model, tokenizer, checkpoint.load_labels(ckpt),
-                                            Path(out_dir), quantize)
+    with RunFolder(out_dir, what="export"):
+        model, tokenizer = checkpoint.load(ckpt, kernels="ext")
+        return family(model.config.arch).export(model, tokenizer, checkpoint.load_labels(ckpt),
+                                                Path(out_dir), quantize)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

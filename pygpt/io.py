@@ -15,6 +15,9 @@ the previous contents whole, never a half-written file or a folder of mixed save
 - `committed_path(folder, name)`: where a reader finds the committed `name` without writing
   (a reader may lack write permission): in the staging folder of a committed change that has
   not moved it yet, else in the folder; `read_committed` reads it there.
+- `guard(folder, check)`: the owner of a folder (pygpt.training.run_folder's lock) has every
+  write into it call check() first, which raises once the folder is no longer the one it
+  locked (removed or replaced): its writer stops instead of writing into another folder.
 
 A folder may come from elsewhere, so nothing here follows a symbolic link where it writes, and
 recovery trusts no marker (pygpt.commit_marker.read_marker): a damaged one, or one naming
@@ -49,6 +52,25 @@ _STAGING = re.compile(rf"{re.escape(STAGING)}\d+")  # a staging folder's name
 _LEFTOVER = re.compile(rf"{_STAGING.pattern}|\..+{re.escape(_TMP)}\d+")
 T = TypeVar("T")
 _ops = {"pid": 0, "count": 0}  # file operations of this process, for the test hook
+_guards: dict[str, Callable[[], None]] = {}  # folder (absolute) -> its owner's check
+
+
+def guard(folder: Union[str, Path], check: Callable[[], None]) -> None:
+    """Has every write into folder call check() first (module docstring)."""
+    _guards[os.path.abspath(folder)] = check
+
+
+def unguard(folder: Union[str, Path], check: Callable[[], None]) -> None:
+    """Ends guard(folder, check) (another owner's check stays)."""
+    if _guards.get(os.path.abspath(folder)) == check:
+        del _guards[os.path.abspath(folder)]
+
+
+def _check_owner(folder: Path) -> None:
+    """Raises (the owner's check) if folder has an owner that no longer holds it."""
+    check = _guards.get(os.path.abspath(folder))
+    if check is not None:
+        check()
 
 
 def _file_op() -> None:
@@ -93,6 +115,7 @@ def _fsync_dir(path: Path) -> None:
 def atomic_write(path: Union[str, Path], write: Callable[[Path], None]) -> None:
     """Calls write(tmp) on a temporary path beside `path`, then renames it over `path`."""
     path = Path(path)
+    _check_owner(path.parent)
     tmp = path.with_name(f".{path.name}{_TMP}{os.getpid()}")
     try:
         tmp.unlink(missing_ok=True)  # a killed writer's, or a link: never written through
@@ -129,6 +152,7 @@ class FolderWrite:
         self.written: list[str] = []
 
     def __enter__(self) -> "FolderWrite":
+        _check_owner(self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         recover_folder(self.folder)
         self.staging.mkdir()
@@ -155,8 +179,10 @@ class FolderWrite:
                  trace: Optional[TracebackType]) -> None:
         if kind is not None:
             shutil.rmtree(self.staging, ignore_errors=True)
+            _check_owner(self.folder)  # a folder removed under the writer: say so instead
             return
         _fsync_dir(self.staging)
+        _check_owner(self.folder)
         marker = {"written": self.written, "index": self.index, "time_ns": time.time_ns(),
                   "remove": [name for name in self.remove if name not in self.written]}
         atomic_write_text(self.staging / MARKER, json.dumps(marker))

@@ -6,7 +6,8 @@ a child forked from this one (torch is imported already) for k = 1, 2, ... until
 unkilled: every gap between two operations is cut once (one also in a real subprocess).
 After each kill, a checkpoint folder must load (the step before or the step saved), resume with
 `pygpt.train --resume`, and end bit for bit where an uninterrupted run ends; an export folder
-must be the earlier export or the new one for the torch-free runner, and whole after recovery.
+must be the earlier export or the new one for the torch-free runner, and whole once the next
+export took over the killed one's lock and recovered it.
 """
 import dataclasses
 import itertools
@@ -27,9 +28,10 @@ from pygpt import checkpoint
 from pygpt import export as exporter
 from pygpt.onnx import gpt as export_gpt
 from pygpt.config import ModelConfig
-from pygpt.io import KILL_ENV, is_leftover, recover_folder
+from pygpt.io import KILL_ENV, is_leftover
 from pygpt.run_files import CONFIG, ONNX_FP32, RUNNER_CONFIG, TOKENIZER
 from pygpt.training import train
+from pygpt.training.run_folder import RunFolder
 from pygpt_runtime import run_onnx
 
 MODEL = ModelConfig(block_size=16, n_layer=1, n_head=2, n_embd=16)
@@ -274,7 +276,8 @@ def test_kill_at_every_file_operation_of_an_export(exports, tmp_path, monkeypatc
             assert f"no {RUNNER_CONFIG}" in str(e), e
             raw = None
         exporter.check_out(exports["new"][0], folder)  # an export may go over it again
-        recover_folder(folder)
+        with RunFolder(folder, what="export"):  # as the next export: the killed one's lock
+            pass  # taken over (and removed), its change recovered
         now = which(folder)
         assert raw in (None, "old", now)  # a committed export shows once it is moved in
         seen.add(now)

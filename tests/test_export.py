@@ -13,6 +13,7 @@ import torch
 
 from helpers import RUNNER_COMMAND, torch_free_env
 import pygpt
+import pygpt.training.run_folder as run_folder
 from pygpt import export as exporter
 from pygpt.onnx import gpt as export_gpt
 from pygpt.config import ModelConfig, TrainConfig
@@ -153,7 +154,7 @@ def test_failed_export_leaves_no_file(exported, tmp_path, monkeypatch):
     monkeypatch.setattr(export_gpt, "_check_against_torch", disagree)
     with pytest.raises(RuntimeError, match="disagrees"):
         exporter.export(ckpt, out)
-    assert list(out.iterdir()) == []
+    assert not out.exists()  # not a file, nor the folder it created (and locked)
 
 
 def test_read_only_out_is_a_one_line_error(tmp_path, monkeypatch, capsys):
@@ -163,16 +164,13 @@ def test_read_only_out_is_a_one_line_error(tmp_path, monkeypatch, capsys):
     out.mkdir()
     out.chmod(0o555)
     if os.geteuid() == 0:  # root writes anywhere: refuse as the kernel refuses everyone else
-        real_mkdir = os.mkdir
+        def denied(path):  # the folder's lock, the first file an export writes
+            raise PermissionError(13, "Permission denied", str(path))
 
-        def mkdir(path, *args, **kwargs):
-            if Path(path).parent == out:
-                raise PermissionError(13, "Permission denied", str(path))
-            real_mkdir(path, *args, **kwargs)
-
-        monkeypatch.setattr(os, "mkdir", mkdir)
+        monkeypatch.setattr(run_folder, "_open_lock_file", denied)
     fixture = Path(__file__).resolve().parent / "fixtures" / "gpt-format1"
-    with pytest.raises(SystemExit, match=r"^error: \S*read-only\S*: Permission denied$"):
+    with pytest.raises(SystemExit, match=r"^error: cannot write into the --out folder "
+                                         r"\S*read-only: Permission denied$"):
         exporter.main(["--ckpt", str(fixture), "--out", str(out)])
     assert list(out.iterdir()) == [] and capsys.readouterr().out == ""
 

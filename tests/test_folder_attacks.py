@@ -2,14 +2,19 @@
 folder shared with others) never makes pygpt touch a file outside it: a commit marker naming
 paths that are not plain names of the folder, or damaged, is refused with one line and nothing
 is changed; pygpt never writes through a symbolic link (the lock, a staging folder, a temporary
-file of an atomic write, a run file). The victims are files beside the folder, in tmp_path."""
+file of an atomic write, a run file); and a run whose folder is removed or replaced under it,
+or an export into a folder that another export holds, stops with one line instead of writing
+into a folder it does not own. The victims are files beside the folder, in tmp_path."""
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 import pygpt.train
+import pygpt.training.loop as loop
 from helpers import TINY_FLAGS
 from pygpt import export as exporter
 from pygpt.data.text import TokenFile
@@ -166,3 +171,63 @@ def test_the_token_cache_is_not_written_through_a_link(tmp_path):
     loaded = TokenFile.load(text, tokenizer)
     assert victim.read_text() == VICTIM
     assert loaded.tokens.tolist() == tokenizer.encode(text.read_text())
+
+
+# --- a folder that is no longer this process's -----------------------------------------------------
+
+HOLD = ("import sys, time\nfrom pygpt.training.run_folder import RunFolder\n"
+        "RunFolder(sys.argv[1], what=sys.argv[2]).__enter__()\nprint('locked', flush=True)\n"
+        "time.sleep(120)\n")
+
+
+def hold(folder, what):
+    """A process holding folder's lock as a run of kind `what` does (kill it when done)."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(folder), what],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+@pytest.mark.parametrize("then", ["removed", "taken by another run"])
+def test_a_run_whose_folder_goes_away_stops_at_its_next_save(text_file, tmp_path, monkeypatch,
+                                                              then):
+    out = tmp_path / "run"
+    holders = []
+    append = loop.append_metrics
+
+    def append_then_lose_the_folder(folder, record):
+        append(folder, record)
+        if record["step"] == 2:
+            for path in sorted(out.iterdir()):
+                path.unlink()
+            out.rmdir()
+            if then != "removed":
+                holders.append(hold(out, "training run"))
+
+    monkeypatch.setattr(loop, "append_metrics", append_then_lose_the_folder)
+    try:
+        message = refused(pygpt.train.main, TINY_FLAGS + [
+            "--threads", "1", "--data", str(text_file), "--out", str(out), "--max-iters", "4",
+            "--eval-interval", "2"])
+        assert "removed or replaced" in message
+        if then == "removed":
+            assert not out.exists()
+        else:  # the other run's folder holds its lock alone
+            assert sorted(p.name for p in out.iterdir()) == [LOCK]
+            assert json.loads((out / LOCK).read_text())["pid"] == holders[0].pid
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+
+
+def test_an_export_into_a_folder_another_export_holds_is_refused(ckpt, tmp_path):
+    out = tmp_path / "onnx"
+    holder = hold(out, "export")
+    try:
+        message = refused(exporter.main, ["--ckpt", str(ckpt), "--out", str(out)])
+        assert f"in use by another export (pid {holder.pid}" in message
+        assert sorted(p.name for p in out.iterdir()) == [LOCK]
+    finally:
+        holder.kill()
+        holder.wait()

@@ -1,17 +1,19 @@
-"""The run folder (`python -m pygpt.train --out`): made ready before any work starts, locked
-while a run writes into it, and never holding files of two runs.
+"""The run folder (`python -m pygpt.train --out`, also an export's `--out`): made ready before
+any work starts, locked while a run writes into it, and never holding files of two runs.
 
 Opening it creates it if needed and takes its lock: the file LOCK inside, locked with
 fcntl.flock (atomic, and released by the kernel when the process ends however it ends) and
-holding the owner's pid and host, so a second run into the same folder is refused with a
-message naming them. A lock file whose lock nobody holds is stale (its run died without
+holding the owner's pid, host and what it is (a training run, an export), so a second run or
+export into the same folder is refused with a message naming them. A lock file whose lock nobody holds is stale (its run died without
 cleaning up; its pid is no longer running) and is taken over. Taking the lock is also the proof
 that the folder is writable, found before training starts rather than at the first save. Once
 locked, what a killed save left is recovered (pygpt.io.recover_folder: a committed save completed,
 an uncommitted one and temporary files discarded), so the folder holds whole files only.
 
 A folder may come from elsewhere: a LOCK or run file that is a symbolic link is refused (pygpt
-never writes through one).
+never writes through one). And a folder removed or replaced while its run goes on (its LOCK no
+longer the one locked) stops the run at its next write there (pygpt.io.guard) with one line,
+rather than recreating it without a lock and letting a second run in.
 
 A new run goes only into an empty folder, or with --overwrite into one holding an earlier run:
 then pygpt's own run files (RUN_FILES, named in pygpt.run_files) are deleted, as late as possible
@@ -28,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any, Union
 
-from pygpt.io import recover_folder
+from pygpt.io import guard, recover_folder, unguard
 from pygpt.run_files import CONFIG, LABELS, LOSS_PLOT, METRICS, TOKENIZER, TRAIN_STATE, WEIGHTS
 
 LOCK = ".pygpt-train.lock"
@@ -71,10 +73,10 @@ def _same_file(fd: int, path: Path) -> bool:
 class RunFolder:
     """`with RunFolder(out) as folder:` creates and locks out (rank 0 of a multi-process run
     does, alone); leaving releases the lock and removes the folder again if this created it and
-    nothing was written into it."""
+    nothing was written into it. `what` names the holder to a process refused."""
 
-    def __init__(self, path: Union[str, Path]):
-        self.path, self._fd, self._created = Path(path), None, False
+    def __init__(self, path: Union[str, Path], what: str = "training run"):
+        self.path, self.what, self._fd, self._created = Path(path), what, None, False
 
     def __enter__(self) -> "RunFolder":
         if self.path.exists() and not self.path.is_dir():
@@ -91,6 +93,7 @@ class RunFolder:
             for name in RUN_FILES:
                 if (self.path / name).is_symlink():
                     raise _linked(self.path / name)
+            guard(self.path, self.check_held)
         except BaseException:
             self.__exit__()
             raise
@@ -111,9 +114,9 @@ class RunFolder:
             except BlockingIOError:
                 owner = _owner(fd)
                 os.close(fd)
-                raise ValueError(f"{self.path} is in use by another training run "
-                                 f"({_describe(owner)}); let it finish or stop it, or pass "
-                                 "another --out") from None
+                raise ValueError(f"{self.path} is in use by another "
+                                 f"{owner.get('what', 'training run')} ({_describe(owner)}); "
+                                 "let it finish or stop it, or pass another --out") from None
             except OSError as e:  # a file system without locks: run, but say so
                 print(f"warning: cannot lock {path} ({e.strerror or e}); make sure no other "
                       "run writes into this folder", file=sys.stderr)
@@ -125,20 +128,30 @@ class RunFolder:
             print(f"note: taking over the lock of {self.path}, left by {_describe(stale)}, "
                   "which is no longer running", file=sys.stderr)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
-                  .encode("utf-8"), 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "what": self.what}).encode("utf-8"), 0)
         os.fsync(fd)
         self._fd = fd
 
+    def check_held(self) -> None:
+        """Raises unless the folder is still the one this locked: its LOCK the file locked (a
+        folder removed, or replaced by another, holds another LOCK or none)."""
+        if self._fd is None or not _same_file(self._fd, self.path / LOCK):
+            raise ValueError(f"{self.path} was removed or replaced while this {self.what} was "
+                             "writing into it (its lock is gone); stopped without writing "
+                             "there again")
+
     def __exit__(self, *_: Any) -> None:
+        unguard(self.path, self.check_held)
+        ours = self._fd is None or _same_file(self._fd, self.path / LOCK)  # not replaced
         if self._fd is not None:
             try:
-                if _same_file(self._fd, self.path / LOCK):
+                if ours:
                     (self.path / LOCK).unlink()  # before unlocking: no one else holds it yet
             finally:
                 os.close(self._fd)
                 self._fd = None
-        if self._created:
+        if self._created and ours:
             try:
                 self.path.rmdir()  # only if still empty: a run that failed before any save
             except OSError:
