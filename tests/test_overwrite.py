@@ -116,7 +116,7 @@ def test_a_new_run_that_fails_before_saving_leaves_the_old_run_whole(run, text_f
 
 
 def test_a_run_stopped_before_its_first_save_leaves_the_old_run_whole(run, text_file,
-                                                                       monkeypatch):
+                                                                       monkeypatch, capsys):
     """A stop before the first step (Ctrl-C as training begins) saves nothing and draws no
     picture: the folder still holds the old run alone."""
     class StoppedAtOnce(pygpt.train.StopRequest):
@@ -129,6 +129,8 @@ def test_a_run_stopped_before_its_first_save_leaves_the_old_run_whole(run, text_
     code, _ = cli(FLAGS + ["--data", str(text_file), "--out", str(run), "--overwrite"])
     assert code == 128 + signal.SIGINT
     assert snapshot(run) == before
+    err = capsys.readouterr().err
+    assert "stopped at step 0; nothing was saved" in err and "--resume" not in err
 
 
 # --- a new run that saves ---------------------------------------------------------------------------

@@ -155,13 +155,6 @@ class RunFolder:
                          "new --out (--overwrite starts over only in a folder holding an earlier "
                          "pygpt run)")
 
-    def clear_run_files(self) -> None:
-        """Deletes the files of an earlier run (--overwrite); other files stay."""
-        for name in RUN_FILES:
-            path = self.path / name
-            if path.is_file() or path.is_symlink():
-                path.unlink()
-
 
 def _holds_run(path: Path, held: list[str]) -> bool:
     """Whether the folder path, holding the files `held`, is an earlier pygpt run: its
