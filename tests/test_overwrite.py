@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import pygpt
+import pygpt.export
 import pygpt.train
 from helpers import TINY_FLAGS, metrics
 from pygpt.run_files import CONFIG, METRICS, RUNNER_CONFIG, TOKENIZER, WEIGHTS
@@ -152,3 +153,22 @@ def test_overwrite_into_an_empty_or_absent_folder(text_file, tmp_path):
         assert cli(FLAGS + ["--data", str(text_file), "--out", str(out), "--overwrite"]) == (0,
                                                                                             None)
         assert (out / WEIGHTS).is_file()
+
+
+# --- export --out over a folder ----------------------------------------------------------------
+
+@pytest.mark.parametrize("runner", ['{"name": "my own runner"}', "not json", "[1, 2]"])
+def test_export_goes_over_no_runner_json_but_a_pygpt_exports(tmp_path, runner):
+    """An export replaces an earlier export's files (tokenizer.json among them), so a folder is
+    taken for one only if its runner.json is a pygpt export's, as the runner reads it."""
+    out = tmp_path / "theirs"
+    out.mkdir()
+    (out / RUNNER_CONFIG).write_text(runner)
+    (out / TOKENIZER).write_text('{"their": "tokenizer"}')
+    before = snapshot(out)
+    with pytest.raises(SystemExit) as info:
+        pygpt.export.main(["--ckpt", str(tmp_path / "ckpt"), "--out", str(out)])
+    message = info.value.code
+    assert message.startswith(f"error: --out {out} holds a {RUNNER_CONFIG} ") and "\n" not in message
+    assert "not a pygpt export" in message
+    assert snapshot(out) == before
