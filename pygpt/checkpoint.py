@@ -43,10 +43,13 @@ def recover(out: Union[str, Path]) -> None:
 
 def save(out_dir: Union[str, Path], model: nn.Module, tokenizer: Tokenizer,
          train_cfg: Optional[TrainConfig] = None, state: Optional[dict[str, Any]] = None,
-         step: int = 0, labels: Optional[Sequence[str]] = None) -> None:
+         step: int = 0, labels: Optional[Sequence[str]] = None,
+         remove: Sequence[str] = ()) -> None:
     """Writes the checkpoint into out_dir (created if needed) as a whole, with a classifier's
     labels (its class names, in the order of its outputs). A train_state.pt or labels.json of
-    the previous checkpoint that this one lacks is removed with the rest."""
+    the previous checkpoint that this one lacks is removed with the rest, and so are the files
+    named in `remove` that it does not write (an earlier run's, which the first save of a new
+    run replaces: pygpt.train --overwrite)."""
     model_cfg = to_dict(model.config)
     metadata = {"format": str(FORMAT), "step": str(step), "model_config": json.dumps(model_cfg)}
     config = {"format": FORMAT, "step": step, "model": model_cfg,
@@ -55,7 +58,7 @@ def save(out_dir: Union[str, Path], model: nn.Module, tokenizer: Tokenizer,
     def text(content: str) -> Callable[[Path], None]:
         return lambda path: path.write_text(content, encoding="utf-8")
 
-    with FolderWrite(out_dir, index=CONFIG, remove=[LABELS, TRAIN_STATE]) as change:
+    with FolderWrite(out_dir, index=CONFIG, remove=[LABELS, TRAIN_STATE, *remove]) as change:
         if labels is not None:
             change.write(LABELS, text(json.dumps(list(labels), ensure_ascii=False)))
         change.write(WEIGHTS, lambda path: save_model(model, str(path), metadata=metadata))

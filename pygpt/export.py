@@ -23,17 +23,19 @@ from typing import Optional, Union
 
 from pygpt import checkpoint
 from pygpt.families import family
-from pygpt.io import committed_path, is_leftover
+from pygpt.io import committed_path, is_leftover, read_committed
 from pygpt.onnx.graph import OPSET, TRANSLATIONS
 from pygpt.run_files import CONFIG, RUNNER_CONFIG, WEIGHTS
 from pygpt.training.run_folder import LOCK, RunFolder
+from pygpt_runtime.onnx_text import read_config as read_runner_config
 
 __all__ = ["OPSET", "TRANSLATIONS", "export", "main"]
 
 
 def check_out(ckpt: Path, out: Path) -> None:
     """Refuses an --out where the export would mix with other files: the checkpoint folder, a
-    folder holding a checkpoint, or one holding anything but a previous pygpt export."""
+    folder holding a checkpoint, or one holding anything but a previous pygpt export (a
+    runner.json that pygpt_runtime reads as one)."""
     if out.resolve() == ckpt.resolve():
         raise ValueError(f"--out {out} is the checkpoint folder itself; the export needs a "
                          f"folder of its own (default: {ckpt / 'onnx'})")
@@ -44,10 +46,17 @@ def check_out(ckpt: Path, out: Path) -> None:
     if any(committed_path(out, name).exists() for name in (CONFIG, WEIGHTS)):
         raise ValueError(f"--out {out} holds a checkpoint; export into a folder of its own")
     held = [p.name for p in out.iterdir() if not is_leftover(p.name) and p.name != LOCK]
-    if held and not committed_path(out, RUNNER_CONFIG).exists():
+    if not held:
+        return
+    if not committed_path(out, RUNNER_CONFIG).exists():
         raise ValueError(f"--out {out} is not empty and holds no pygpt export (no "
                          f"{RUNNER_CONFIG}); export into a new or empty folder, or over an "
                          "earlier export")
+    try:  # the runner's own reading of it: an export whose files this one may replace
+        read_committed(out, RUNNER_CONFIG, lambda path: read_runner_config(path.parent))
+    except (OSError, ValueError):
+        raise ValueError(f"--out {out} holds a {RUNNER_CONFIG} that is not a pygpt export's; "
+                         "export into a new or empty folder, or over an earlier export") from None
 
 
 def export(ckpt: Union[str, Path], out_dir: Union[str, Path],

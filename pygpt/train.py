@@ -5,7 +5,8 @@ This module is the command line: flags, presets, --resume and --init-from checks
 folder (pygpt.training.run_folder: locked, and never mixing two runs' files) and the exit status
 (0; 1 with one `error:` line; 130 or 143 after a Ctrl-C or SIGTERM stopped and saved the run);
 the loop itself is pygpt.training. Everything a run can check (flags, data files, the folder) is
-checked before anything in the folder is deleted or written.
+checked before anything in the folder is written, and an earlier run's files (--overwrite) go
+only with the new run's first save.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from pygpt.families.base import TRANSLATION_FILES
 from pygpt.presets import PRESETS, preset
 from pygpt.run_files import CONFIG
 from pygpt.training import train
-from pygpt.training.run_folder import RunFolder
+from pygpt.training.run_folder import RUN_FILES, RunFolder
 from pygpt.training.stop import StopRequest
 
 DEFAULT_BPE_VOCAB = 1024
@@ -60,10 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true",
                         help="continue the run saved in --out (exactly where it stopped)")
     parser.add_argument("--overwrite", action="store_true",
-                        help="start a new run in an --out that is not empty: the files of the "
-                             "run there (checkpoint, metrics, plot) are deleted once every check "
-                             "passed and the data is ready; other files are left alone. Without "
-                             "it a new run needs an empty or new folder")
+                        help="start a new run in an --out holding an earlier pygpt run: its files "
+                             "(checkpoint, metrics, plot) are replaced by the new run's first "
+                             "save (a run that fails before it leaves them whole); other files "
+                             "are left alone, and a folder holding no pygpt run (an export, "
+                             "another library's model) is refused. Without it a new run needs "
+                             "an empty or new folder")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true",
                         help="end with the last metrics as one JSON line instead of a sentence")
@@ -175,8 +178,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             if fresh:
                 folder.check_new_run(args.overwrite)
             result = train(model_cfg, train_cfg, resume=args.resume, progress=not args.quiet,
-                           stop=stop,
-                           on_ready=folder.clear_run_files if fresh and args.overwrite else None)
+                           stop=stop, replacing=RUN_FILES if fresh and args.overwrite else ())
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"error: {e}") from None
     except KeyboardInterrupt:  # a second Ctrl-C (or one before training began)

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 from tqdm import tqdm
@@ -100,13 +100,13 @@ def default_threads() -> int:
 
 def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
           progress: bool = True, stop: Optional[StopRequest] = None,
-          on_ready: Optional[Callable[[], None]] = None) -> dict[str, Any]:
+          replacing: Sequence[str] = ()) -> dict[str, Any]:
     """Runs (or with resume, continues) a training run into cfg.out; returns the last metrics.
 
     stop: the StopRequest the loop watches (its signum then tells which signal stopped the run).
-    on_ready: called on rank 0 once the data, tokenizer and model are ready, before the first
-    step (pygpt.train clears an --overwrite'd folder there, after everything that can fail on
-    bad input has run). Raises Diverged if training diverges."""
+    replacing: the files of an earlier run in cfg.out that the run's first save removes, in its
+    commit (pygpt.train --overwrite): a run that fails or stops before it leaves them whole.
+    Raises Diverged if training diverges."""
     torch.set_num_threads(cfg.threads if cfg.threads is not None else default_threads())
     out = Path(cfg.out)
     ranks = Distributed(cfg.device)
@@ -146,8 +146,6 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
         torch.set_rng_state(state["torch_rng"])
         if ranks.is_main:
             truncate_metrics(out, step)
-    if on_ready is not None and ranks.is_main:
-        on_ready()
     if ranks.is_main and step < cfg.max_iters and (warning := warmup_warning(cfg)):
         print(warning, file=sys.stderr)
     if ranks.world > 1:  # each rank its own dropout masks
@@ -168,7 +166,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
                 raise Diverged(f"the evaluation's {name} is {record[name]}")
         state = {"optimizer": optimizer.state_dict(), "data_rng": data_gen.get_state(),
                  "torch_rng": torch.get_rng_state(), "tokens": tokens_seen}
-        checkpoint.save(out, model, tokenizer, cfg, state, step=step, labels=labels)
+        checkpoint.save(out, model, tokenizer, cfg, state, step=step, labels=labels,
+                        remove=replacing if saved is None else ())
         saved = step
 
     def micro_batches() -> list:
@@ -234,11 +233,13 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
                        f"(now {cfg.lr:g}) or a longer --warmup-iters") from None
     bar.close()
     ranks.stop()
-    if ranks.is_main and (out / METRICS).exists():
+    if ranks.is_main and saved is not None and (out / METRICS).exists():  # not an earlier run's
         try:
             plot_runs([out], out / LOSS_PLOT)
         except (OSError, ValueError) as e:  # a picture is not worth failing a finished run
             print(f"warning: could not draw {out / LOSS_PLOT}: {e}", file=sys.stderr)
     if stop.requested:
-        print(f"stopped at step {step}; continue with --resume --out {out}", file=sys.stderr)
+        print(f"stopped at step {step}; " + (f"continue with --resume --out {out}"
+                                              if saved is not None else "nothing was saved"),
+              file=sys.stderr)
     return last

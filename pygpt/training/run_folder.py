@@ -15,9 +15,13 @@ never writes through one). And a folder removed or replaced while its run goes o
 longer the one locked) stops the run at its next write there (pygpt.io.guard) with one line,
 rather than recreating it without a lock and letting a second run in.
 
-A new run goes only into an empty folder, or with --overwrite into one holding an earlier run:
-then pygpt's own run files (RUN_FILES, named in pygpt.run_files) are deleted, as late as possible
-(once the data, tokenizer and model are ready), and any other file is left alone.
+A new run goes only into an empty folder, or with --overwrite into one holding an earlier pygpt
+run, recognised by its config.json (a pygpt checkpoint config, as pygpt.checkpoint.read_config
+reads it; a folder with an export's runner.json is an export, not a run). Anything else (an
+export, another library's model, a stranger's files) is refused by name, whatever it holds: files
+are never taken for a run's by their names alone. The earlier run's files (RUN_FILES, named in
+pygpt.run_files) go only with the new run's first save, in its commit (pygpt.checkpoint.save's
+`remove`), so a run that fails before it leaves the earlier run whole; any other file stays.
 """
 from __future__ import annotations
 
@@ -30,12 +34,14 @@ import sys
 from pathlib import Path
 from typing import Any, Union
 
+from pygpt import checkpoint
+from pygpt.config import ModelConfig, config_from_dict
 from pygpt.io import guard, recover_folder, unguard
-from pygpt.run_files import CONFIG, LABELS, LOSS_PLOT, METRICS, TOKENIZER, TRAIN_STATE, WEIGHTS
+from pygpt.run_files import (CONFIG, LABELS, LOSS_PLOT, METRICS, RUNNER_CONFIG, TOKENIZER,
+                             TRAIN_STATE, WEIGHTS)
 
 LOCK = ".pygpt-train.lock"
-# A run's files; config.json (the folder's index, see pygpt.io.FolderWrite) first, so a folder
-# cleared halfway is never taken for a checkpoint.
+# A run's files: what the first save of a new run (--overwrite) removes of an earlier one.
 RUN_FILES = (CONFIG, WEIGHTS, TRAIN_STATE, TOKENIZER, LABELS, METRICS, LOSS_PLOT)
 
 
@@ -158,22 +164,34 @@ class RunFolder:
                 pass
 
     def check_new_run(self, overwrite: bool) -> None:
-        """Refuses a new run into a folder that holds anything (a checkpoint, the files of a
-        run that never saved one, anything else), unless overwrite."""
+        """Refuses a new run into a folder that holds anything (a checkpoint, an export, files
+        of any other kind), unless overwrite and the folder holds an earlier pygpt run."""
         held = sorted(n for n in os.listdir(self.path) if n != LOCK)
-        if not held or overwrite:
+        if not held:
             return
-        if WEIGHTS in held:
+        if _holds_run(self.path, held):
+            if overwrite:
+                return
             raise ValueError(f"{self.path} already holds a checkpoint; pass --resume to continue "
                              "it, --overwrite to start over, or --out to train elsewhere")
         shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+        if overwrite:
+            what = "an ONNX export" if RUNNER_CONFIG in held else "files that are not a pygpt run"
+            raise ValueError(f"--out {self.path} holds {what} ({shown}), which --overwrite never "
+                             "replaces; choose another folder")
         raise ValueError(f"{self.path} is not empty (it holds {shown}); train into an empty or "
-                         "new --out, or pass --overwrite to start over there (pygpt's run files "
-                         "are replaced, other files left alone)")
+                         "new --out (--overwrite starts over only in a folder holding an earlier "
+                         "pygpt run)")
 
-    def clear_run_files(self) -> None:
-        """Deletes the files of an earlier run (--overwrite); other files stay."""
-        for name in RUN_FILES:
-            path = self.path / name
-            if path.is_file():  # never a link: refused when the folder was opened
-                path.unlink()
+
+def _holds_run(path: Path, held: list[str]) -> bool:
+    """Whether the folder path, holding the files `held`, is an earlier pygpt run: its
+    config.json is a pygpt checkpoint config whose model settings are pygpt's (as --resume reads
+    them), and it holds no export's runner.json."""
+    if CONFIG not in held or RUNNER_CONFIG in held:
+        return False
+    try:
+        config_from_dict(ModelConfig, checkpoint.read_config(path)["model"])
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
