@@ -167,16 +167,18 @@ def _wrong_shapes(state: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) 
 
 
 def _check_fits(model: nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
-    """A ValueError naming source unless state holds every tensor of the model in its shape; a
-    tensor the model shares between two names (a tied head) is saved under one of them, and that
-    suffices. The model may be on the meta device (shapes without storage)."""
+    """A ValueError naming source unless state holds each tensor of the model (a shared one under
+    one of its names), in its shape, in finite numbers; the model may be on the meta device."""
     own = model.state_dict(keep_vars=True)  # the tensors themselves: shared ones are one object
     wrong = _wrong_shapes(state, own)
-    unexpected = [name for name in state if name not in own]
-    loaded = {id(own[name]) for name in state if name in own}
-    missing = [name for name, t in own.items() if name not in state and id(t) not in loaded]
+    bad = sorted(n for n, t in state.items() if t.is_floating_point() and not t.isfinite().all())
     if wrong:
         raise ValueError(f"{source} does not match {CONFIG}: {', '.join(wrong)}")
+    if bad:
+        raise ValueError(f"{source} is damaged: {', '.join(bad)} hold(s) NaN or infinity")
+    loaded = {id(own[name]) for name in state if name in own}
+    missing = [name for name, t in own.items() if name not in state and id(t) not in loaded]
+    unexpected = [name for name in state if name not in own]
     if missing or unexpected:
         raise ValueError(f"{source} does not match {CONFIG}: missing {sorted(missing)}, "
                          f"unexpected {sorted(unexpected)}")
@@ -232,8 +234,9 @@ def load_train_state(ckpt: Union[str, Path], optimizer: Optional[torch.optim.Opt
             return torch.load(file, weights_only=True)
         except FileNotFoundError:
             raise
-        except Exception as e:  # torch raises several types for damaged files
-            raise ValueError(f"{file} is truncated or corrupt: {e}") from None
+        except Exception:  # torch raises several types; its words advise unsafe loading
+            raise ValueError(f"{file} is truncated or corrupt, or holds Python objects (never "
+                             "loaded: they could run code)") from None
 
     for _ in range(_READS):
         state = read_committed(path, TRAIN_STATE, read,

@@ -84,3 +84,94 @@ def test_the_bounds_stop_the_tables_a_config_allocates():
         ModelConfig(pos_encoding="rotary", block_size=MAX_SIZES["block_size"], n_layer=64)
     assert ModelConfig(pos_encoding="sinusoidal", block_size=MAX_SIZES["block_size"],
                        n_embd=128).numbers <= MAX_NUMBERS
+
+
+# --- bad input and broken models at the command lines ---------------------------------------------
+
+TEXT = "to be or not to be that is the question whether tis nobler in the mind " * 20
+
+
+def bert_folder(folder, num_labels=0):
+    """A small untrained BERT (WordPiece) saved into folder: a classifier with num_labels."""
+    from pygpt.families import build
+    from pygpt.tokenizer import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer.train(TEXT, 60)
+    model = build(ModelConfig(arch="bert", vocab_size=tokenizer.vocab_size, block_size=16,
+                              n_layer=1, n_head=2, n_embd=16, num_labels=num_labels))
+    labels = [f"l{i}" for i in range(num_labels)] if num_labels else None
+    checkpoint.save(folder, model.eval(), tokenizer, labels=labels)
+    return folder
+
+
+def translator_folder(folder):
+    from mt_helpers import reverser, tokenizer
+
+    checkpoint.save(folder, reverser(steps=0), tokenizer())
+    return folder
+
+
+def poison_weights(folder):
+    """Sets one weight of the folder's model to NaN, keeping the file's metadata."""
+    weights = folder / WEIGHTS
+    with safe_open(str(weights), framework="pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(str(weights))
+    name = sorted(n for n, t in tensors.items() if t.is_floating_point())[0]
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, str(weights), metadata=metadata)
+
+
+@pytest.mark.parametrize("module", ["generate", "translate", "fill_mask", "classify"])
+def test_nan_weights_are_one_line_in_every_command(ckpt, tmp_path, module):
+    folder = {"generate": lambda: ckpt, "translate": lambda: translator_folder(tmp_path / "mt"),
+              "fill_mask": lambda: bert_folder(tmp_path / "bert"),
+              "classify": lambda: bert_folder(tmp_path / "cls", num_labels=2)}[module]()
+    poison_weights(folder)
+    text = {"generate": ["--max-new-tokens", "5"], "translate": ["--text", "abc"],
+            "fill_mask": ["--text", "to be [MASK]"], "classify": ["--text", "to be"]}[module]
+    line = one_error_line("--ckpt", str(folder), *text, module=f"pygpt.{module}")
+    assert "NaN or infinity" in line
+
+
+def test_threads_zero_is_one_line(ckpt, tmp_path):
+    assert "--threads" in one_error_line("--ckpt", str(ckpt), "--threads", "0")
+    mt = translator_folder(tmp_path / "mt")
+    assert "--threads" in one_error_line("--ckpt", str(mt), "--text", "ab", "--threads", "0",
+                                         module="pygpt.translate")
+
+
+def test_translate_refuses_text_that_is_not_utf8(tmp_path):
+    mt = translator_folder(tmp_path / "mt")
+    line = one_error_line("--ckpt", str(mt), "--text", b"ab\xff", module="pygpt.translate")
+    assert line == "error: --text is not valid UTF-8 (byte 0xff at character 2)"
+
+
+def test_fill_mask_with_a_wordpiece_without_unk_is_one_line(tmp_path):
+    folder = bert_folder(tmp_path / "bert")
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    for token in spec["added_tokens"]:
+        if token["content"] == "[UNK]":
+            token["content"] = "[UNX]"
+    spec["model"]["vocab"]["[UNX]"] = spec["model"]["vocab"].pop("[UNK]")
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    line = one_error_line("--ckpt", str(folder), "--text", "zq€ [MASK]", module="pygpt.fill_mask")
+    assert "[UNK]" in line
+
+
+def test_num_labels_without_labels_is_one_line(tmp_path):
+    line = one_error_line("--arch", "bert", "--num-labels", "3", "--out", str(tmp_path / "r"),
+                          "--max-iters", "1", module="pygpt.train")
+    assert "num_labels" in line
+
+
+class Pickled:
+    def __reduce__(self):
+        return (print, ("ran",))
+
+
+def test_a_pickled_object_in_the_training_state_is_refused_in_one_line(ckpt):
+    torch.save({"step": 6, "x": Pickled()}, ckpt / "train_state.pt")
+    line = one_error_line("--resume", "--out", str(ckpt), "--max-iters", "8",
+                          module="pygpt.train")
+    assert "train_state.pt" in line and "weights_only" not in line
