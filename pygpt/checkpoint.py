@@ -154,8 +154,12 @@ def load(ckpt: Union[str, Path], kernels: str = "ext",
     if tokenizer.vocab_size != model_cfg.vocab_size:
         raise ValueError(f"{path}: the tokenizer has {tokenizer.vocab_size} tokens but the model "
                          f"was configured for {model_cfg.vocab_size}")
+    with torch.device("meta"):  # shapes only: the config checked to fit before any allocation
+        shapes = build(model_cfg, kernels=kernels)
+    state = upgrade_weights(shapes, state, weights_format)
+    _check_fits(shapes, state, weights)
     model = build(model_cfg, kernels=kernels)
-    _load_weights(model, upgrade_weights(model, state, weights_format), weights)
+    model.load_state_dict(state, strict=False)
     return model.to(device).eval(), tokenizer
 
 
@@ -165,16 +169,19 @@ def _wrong_shapes(state: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) 
             for name, t in state.items() if name in own and own[name].shape != t.shape]
 
 
-def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
-    """Loads every tensor of the model from state; a tensor the model shares between two names
-    (a tied head) is saved under one of them, and that suffices."""
-    own = model.state_dict()
+def _check_fits(model: nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
+    """A ValueError naming source unless state holds each tensor of the model (a shared one under
+    one of its names), in its shape, in finite numbers; the model may be on the meta device."""
+    own = model.state_dict(keep_vars=True)  # the tensors themselves: shared ones are one object
     wrong = _wrong_shapes(state, own)
+    bad = sorted(n for n, t in state.items() if t.is_floating_point() and not t.isfinite().all())
     if wrong:
         raise ValueError(f"{source} does not match {CONFIG}: {', '.join(wrong)}")
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    loaded = {own[name].data_ptr() for name in state if name in own}
-    missing = [name for name in missing if own[name].data_ptr() not in loaded]
+    if bad:
+        raise ValueError(f"{source} is damaged: {', '.join(bad)} hold(s) NaN or infinity")
+    loaded = {id(own[name]) for name in state if name in own}
+    missing = [name for name, t in own.items() if name not in state and id(t) not in loaded]
+    unexpected = [name for name in state if name not in own]
     if missing or unexpected:
         raise ValueError(f"{source} does not match {CONFIG}: missing {sorted(missing)}, "
                          f"unexpected {sorted(unexpected)}")
@@ -230,8 +237,9 @@ def load_train_state(ckpt: Union[str, Path], optimizer: Optional[torch.optim.Opt
             return torch.load(file, weights_only=True)
         except FileNotFoundError:
             raise
-        except Exception as e:  # torch raises several types for damaged files
-            raise ValueError(f"{file} is truncated or corrupt: {e}") from None
+        except Exception:  # torch raises several types; its words advise unsafe loading
+            raise ValueError(f"{file} is truncated or corrupt, or holds Python objects (never "
+                             "loaded: they could run code)") from None
 
     for _ in range(_READS):
         state = read_committed(path, TRAIN_STATE, read,

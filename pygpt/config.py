@@ -14,6 +14,14 @@ from pygpt.positions import ENCODINGS, encoding
 KERNEL_SETS = ("ext", "torch")
 # The model families (pygpt.families), by the name a config's `arch` gives.
 ARCHS = ("gpt", "bert", "seq2seq")
+# The largest value of each size of a ModelConfig, and the most numbers (weights and fixed
+# position tables) a model may hold: far beyond any model this CPU-first package trains, but a
+# refusal in one line before a typo or a hand-edited config.json asks for gigabytes.
+MAX_SIZES = {"vocab_size": 1 << 20, "block_size": 1 << 20, "n_layer": 1 << 10,
+             "n_dec_layer": 1 << 10, "n_head": 1 << 10, "n_embd": 1 << 16, "qk_dim": 1 << 16,
+             "v_dim": 1 << 16, "rotary_dim": 1 << 16, "max_distance": 1 << 20,
+             "type_vocab_size": 1 << 10, "num_labels": 1 << 20}
+MAX_NUMBERS = 1 << 30
 
 
 def opt(default: Any, help: str, family: Optional[str] = None) -> Any:
@@ -123,6 +131,13 @@ class ModelConfig:
                      "max_distance"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        for name, most in MAX_SIZES.items():
+            if getattr(self, name) > most:
+                raise ValueError(f"{name} must be at most {most:,}, got {getattr(self, name):,}")
+        if self.numbers > MAX_NUMBERS:
+            raise ValueError(f"the model would hold about {self.numbers:,} numbers (weights and "
+                             f"position tables), more than the {MAX_NUMBERS:,} pygpt builds: "
+                             "make n_embd, n_layer, vocab_size or block_size smaller")
         foreign: dict[str, list[str]] = {}  # family -> its fields set on another family's model
         for f in dataclasses.fields(self):
             family = f.metadata["family"]
@@ -131,6 +146,19 @@ class ModelConfig:
         for family, names in foreign.items():
             verb = "applies" if len(names) == 1 else "apply"
             raise ValueError(f"{', '.join(names)} {verb} to arch {family} only, not {self.arch}")
+
+    @property
+    def numbers(self) -> int:
+        """About how many numbers building the model allocates: its weights and the position
+        tables that follow from block_size (what MAX_NUMBERS bounds)."""
+        d, rotary = self.n_embd, encoding(self.pos_encoding).rotary
+        qk, v = self.n_head * self.qk_head_dim, self.n_head * self.v_head_dim
+        attention = d * (2 * qk + v) + v * d  # queries, keys, values, output projection
+        layers = self.n_layer + (self.decoder_layers if self.arch == "seq2seq" else 0)
+        tables = self.block_size * (d + (layers * self.rotary_width if rotary else 0))
+        return (2 * self.vocab_size * d + tables  # token embedding and head; positions
+                + layers * (attention + (8 * d * d if self.mlp else 0))
+                + (layers - self.n_layer) * attention)  # a decoder's cross-attention
 
     @property
     def head_dim(self) -> int:

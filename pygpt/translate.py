@@ -25,6 +25,7 @@ from pygpt.data.parallel import read_lines
 from pygpt.decoding.translate_texts import BATCH_SIZE, SPECIALS, translate_texts
 from pygpt.tokenizer import require_specials
 from pygpt.decoding.beam_search import Search
+from pygpt_runtime.cli_checks import check_threads, utf8_text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,7 +57,7 @@ def _inputs(args: argparse.Namespace) -> tuple[list[str], Optional[list[str]]]:
     if args.text is not None:
         if args.ref is not None or args.out is not None:
             raise ValueError("--ref and --out go with --file, not --text")
-        return [args.text], None
+        return [utf8_text(args.text, "--text")], None
     sources = list(read_lines(args.file))
     if args.ref is None:
         return sources, None
@@ -69,11 +70,10 @@ def _inputs(args: argparse.Namespace) -> tuple[list[str], Optional[list[str]]]:
 
 def main(argv: Optional[list[str]] = None) -> None:
     args = build_parser().parse_args(argv)
-    if args.threads is not None:
-        if args.threads < 1:
-            raise SystemExit("error: --threads must be at least 1")
-        torch.set_num_threads(args.threads)
     try:
+        check_threads(args.threads)
+        if args.threads is not None:
+            torch.set_num_threads(args.threads)
         search = Search(beam=1 if args.greedy else args.beam, length_penalty=args.length_penalty,
                         max_extra=args.max_len_extra)
         if args.batch_size < 1:

@@ -1,8 +1,8 @@
 """The command-line rules of the runner and of pygpt's commands, torch-free: the sampling flags
-and their checks, the check of text arguments, the --help formatter, and the clean exit on
-Ctrl-C or a closed pipe. pygpt's commands take them from here; the sampling checks mirror
-pygpt.decoding.sampling.Sampling's, which this package cannot import; tests/test_runner_cli.py
-holds the two command lines to the same refusals."""
+and their checks, the checks of --threads and of text arguments, the --help formatter, the clean
+exit on Ctrl-C or a closed pipe. pygpt's commands take them from here; the sampling checks
+mirror pygpt.decoding.sampling.Sampling's, which this package cannot import;
+tests/test_runner_cli.py holds the two command lines to the same refusals."""
 from __future__ import annotations
 
 import argparse
@@ -58,6 +58,13 @@ def check_sampling(greedy: bool, temperature: float, top_k: Optional[int],
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def check_threads(threads: Optional[int]) -> None:
+    """A ValueError for a --threads that is given but not a positive count (torch refuses 0,
+    onnxruntime would take it as its own choice)."""
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {threads}")
 
 
 def utf8_text(value: str, flag: str) -> str:

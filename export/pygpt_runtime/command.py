@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from pygpt_runtime import onnx_translate, run_onnx
-from pygpt_runtime.onnx_text import read_config
+from pygpt_runtime.runner_config import read_config
 
 TRANSLATOR_FAMILY = "seq2seq"  # runner.json's "family" of an exported encoder-decoder
 

@@ -10,8 +10,8 @@ from typing import Optional
 
 import numpy as np
 
-from pygpt_runtime.cli_checks import utf8_text
-from pygpt_runtime.onnx_text import open_export
+from pygpt_runtime.cli_checks import check_threads, utf8_text
+from pygpt_runtime.onnx_text import open_export, run_graph
 
 MASK = "[MASK]"
 
@@ -38,12 +38,16 @@ class OnnxBERT:
 
     def __init__(self, folder: str, variant: str = "fp32", threads: Optional[int] = None):
         self.folder = Path(folder)
-        self.config, self.session, self.tokenizer = open_export(self.folder, variant, threads)
-        if self.config["family"] != "bert":
-            raise ValueError(f"{self.folder} holds a {self.config['family']} model; fill-mask "
-                             "and classification need a bert export")
+        self.config, self.session, self.tokenizer = open_export(
+            self.folder, variant, threads, "bert",
+            "; fill-mask and classification need a bert export")
         self.task, self.labels = self.config["task"], self.config.get("labels")
         self.specials = self.tokenizer.special_tokens
+        needed = ["[PAD]", "[CLS]", "[SEP]", *([MASK] if self.task == "fill-mask" else [])]
+        missing = [name for name in needed if name not in self.specials]
+        if missing:
+            raise ValueError(f"{self.folder}: the tokenizer has no {', '.join(missing)}: "
+                             "export again")
 
     def logits(self, rows: list[list[int]], firsts: Optional[list[int]] = None) -> np.ndarray:
         """The logits of token rows, right-padded into one batch; firsts[i]: where row i's
@@ -55,7 +59,11 @@ class OnnxBERT:
             ids[b, :len(row)], mask[b, :len(row)] = row, 1
             types[b, (firsts[b] if firsts else len(row)):len(row)] = 1
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        return self.session.run(None, feeds)[0]
+        logits = run_graph(self.session, feeds)[0]
+        if self.labels is not None and logits.shape[-1] != len(self.labels):
+            raise ValueError(f"{self.folder}: runner.json names {len(self.labels)} labels but "
+                             f"the model gives {logits.shape[-1]} classes: export again")
+        return logits
 
     def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
         """For each [MASK] in text, in order, the top_k (token, probability) pairs."""
@@ -100,6 +108,7 @@ def run_bert(args, variant: str) -> None:
     try:
         if args.text is None:
             raise ValueError("a bert export takes --text (not --prompt)")
+        check_threads(args.threads)
         for flag, text in (("--text", args.text), ("--text-pair", args.text_pair)):
             if text is not None:
                 utf8_text(text, flag)

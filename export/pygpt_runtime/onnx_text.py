@@ -1,6 +1,6 @@
-"""The tokenizers of a pygpt ONNX export (tokenizer.json), and opening the export folder, with
-numpy and onnxruntime only (the `tokenizers` library only for bpe and wordpiece): part of the
-deployment side, beside run_onnx.py.
+"""The tokenizers of a pygpt ONNX export (tokenizer.json), opening the export folder (its
+runner.json: runner_config.py) and running its graphs, with numpy and onnxruntime only (the
+`tokenizers` library only for bpe and wordpiece): part of the deployment side, beside run_onnx.py.
 
 Special tokens ([PAD] [UNK] [CLS] [SEP] [MASK], for the BERT family) behave as in pygpt's
 tokenizers: encode(text) treats a name written in text as plain text (HF's library matches the
@@ -12,29 +12,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
+import numpy as np
 import onnxruntime as ort
 
-RUNNER_CONFIG = "runner.json"  # the export's config (pygpt.run_files names it; no pygpt here)
-
-
-def read_config(folder: Path) -> dict:
-    """An export folder's runner.json; its "family" is "gpt" in exports made before BERT's. A
-    ValueError names the file when it is not a JSON object with the keys the runner reads."""
-    config_path = folder / RUNNER_CONFIG
-    if not config_path.exists():
-        raise FileNotFoundError(f"{folder} has no {RUNNER_CONFIG}: not a pygpt ONNX "
-                                "export (or one made before it was named so: export again)")
-    try:
-        config = {"family": "gpt", **json.loads(config_path.read_text(encoding="utf-8"))}
-        missing = [k for k in ("models", "tokenizer", "block_size") if k not in config]
-    except (ValueError, TypeError) as e:  # not UTF-8, not JSON, or JSON but no object
-        raise ValueError(f"{config_path} is damaged ({e}): export again") from None
-    if missing:
-        raise ValueError(f"{config_path} lacks {', '.join(missing)}: export again")
-    return config
-
+from pygpt_runtime.runner_config import read_config
 
 def require_file(path: Path) -> None:
     """A FileNotFoundError naming path unless it is a file of the export."""
@@ -43,29 +26,57 @@ def require_file(path: Path) -> None:
                                 "(export again)")
 
 
-def open_session(path: Path, threads: Optional[int] = None) -> ort.InferenceSession:
-    """An onnxruntime session of one model file; a missing, truncated or damaged file is a
-    one-line FileNotFoundError / ValueError naming it."""
+def open_session(path: Path, threads: Optional[int], inputs: Sequence[str]) -> ort.InferenceSession:
+    """An onnxruntime session of one model file, which takes the inputs runner.json names; a
+    missing, truncated or damaged file, or a graph of another kind, is a one-line
+    FileNotFoundError / ValueError naming it."""
     require_file(path)
     options = ort.SessionOptions()
+    options.log_severity_level = 4  # fatal only: a failed run is reported by run_graph, in one line
     if threads is not None:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
     try:
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime's load errors (InvalidProtobuf, Fail, ...) share no base
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"{path} is not a model onnxruntime can load (truncated or damaged?"
                          f" export again): {reason}") from None
+    takes = sorted(i.name for i in session.get_inputs())
+    if takes != sorted(inputs):
+        raise ValueError(f"{path} takes the inputs {', '.join(takes)}, not the "
+                         f"{', '.join(inputs)} of its runner.json: a graph of another model "
+                         "(export again)")
+    return session
 
 
-def open_export(folder: Path, variant: str = "fp32", threads: Optional[int] = None):
-    """(runner config, onnxruntime session, tokenizer) of an export folder."""
-    config = read_config(folder)
+def run_graph(session: ort.InferenceSession, feeds: dict) -> list:
+    """The outputs of one run of session; a ValueError when it fails (a graph of other shapes
+    than runner.json's) or when the first output (the logits, or the encoder's states) holds NaN
+    or infinity, as a graph of damaged weights gives: confident garbage otherwise."""
+    try:
+        outputs = session.run(None, feeds)
+    except Exception as e:  # onnxruntime's run errors share no base
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"the model does not run on the inputs its runner.json describes "
+                         f"(export again): {reason}") from None
+    if not np.isfinite(outputs[0]).all():
+        raise ValueError("the model's outputs are not finite numbers (NaN or infinity): its "
+                         "weights are damaged (export again)")
+    return outputs
+
+
+def open_export(folder: Path, variant: str = "fp32", threads: Optional[int] = None,
+                family: Optional[str] = None, refusal: str = ""):
+    """(runner config, onnxruntime session, tokenizer) of an export folder (with family: of that
+    family, else a ValueError ending in refusal; see read_config)."""
+    config = read_config(folder, family, refusal)
     if variant not in config["models"]:
         raise ValueError(f"no {variant} model in {folder} (has: {', '.join(config['models'])})")
-    tokenizer = load_tokenizer(folder / config["tokenizer"]["file"], config["tokenizer"]["kind"])
-    session = open_session(folder / config["models"][variant], threads)
+    tokenizer = load_tokenizer(folder / config["tokenizer"]["file"], config["tokenizer"]["kind"],
+                               config.get("vocab_size"))
+    inputs = config.get("inputs", ["input_ids", "attention_mask", "token_type_ids"])
+    session = open_session(folder / config["models"][variant], threads, inputs)
     return config, session, tokenizer
 
 
@@ -113,6 +124,9 @@ class CharTokenizer(SpecialsEncoding):
     def decode(self, ids) -> str:
         return "".join(self.pieces[int(i)] for i in ids)
 
+    def __len__(self) -> int:
+        return len(self.pieces)
+
 
 class HFTokenizer(SpecialsEncoding):
     """A byte-level BPE or WordPiece tokenizer.json (HF format), through `tokenizers`."""
@@ -133,24 +147,40 @@ class HFTokenizer(SpecialsEncoding):
         self._set_specials({added[i].content: i for i in sorted(added) if added[i].special})
 
     def _encode_text(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
+        try:
+            return self._tok.encode(text, add_special_tokens=False).ids
+        except Exception as e:  # tokenizers' own error type: a model it cannot encode with
+            raise ValueError(f"the tokenizer cannot encode the text ({e}): export again") from None
+
+    def __len__(self) -> int:
+        return self._tok.get_vocab_size()
 
     def decode(self, ids) -> str:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
 
-def load_tokenizer(path: Path, kind: str):
-    """The export's tokenizer; a missing or damaged file is a one-line error naming it."""
+def load_tokenizer(path: Path, kind: str, vocab_size: Optional[int] = None):
+    """The export's tokenizer, of vocab_size tokens when given (the model's); a missing or
+    damaged file is a one-line error naming it."""
     if kind == "char":
         require_file(path)
         try:
             spec = json.loads(path.read_text(encoding="utf-8"))
-            return CharTokenizer(spec["chars"], spec.get("specials", []))
+            chars, specials = spec["chars"], spec.get("specials", [])
+            if not all(isinstance(x, list) and all(isinstance(c, str) for c in x)
+                       for x in (chars, specials)):
+                raise TypeError("chars and specials must be lists of strings")
+            tokenizer = CharTokenizer(chars, specials)
         except (ValueError, TypeError, KeyError) as e:
             raise ValueError(f"{path} is damaged ({e!r}): export again") from None
-    if kind in ("bpe", "wordpiece"):
-        return HFTokenizer(path)
-    raise ValueError(f"{path}: unsupported tokenizer kind {kind!r}")
+    elif kind in ("bpe", "wordpiece"):
+        tokenizer = HFTokenizer(path)
+    else:
+        raise ValueError(f"{path}: unsupported tokenizer kind {kind!r}")
+    if vocab_size is not None and len(tokenizer) != vocab_size:
+        raise ValueError(f"{path} has {len(tokenizer)} tokens but the model {vocab_size}: "
+                         "files of different exports (export again)")
+    return tokenizer
 
 
 def decode_stream(tokenizer, ids) -> Iterator[str]:

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
-import onnxruntime as ort
 
 from pygpt_runtime.onnx_search import Search, beam_search, greedy
-from pygpt_runtime.onnx_text import load_tokenizer, read_config
+from pygpt_runtime.cli_checks import check_threads, utf8_text
+from pygpt_runtime.onnx_text import load_tokenizer, open_session, run_graph
+from pygpt_runtime.runner_config import read_config
 
 SPECIALS = ("[PAD]", "[BOS]", "[EOS]")
 BATCH_SIZE = 32
@@ -35,23 +36,17 @@ class OnnxSeq2Seq:
 
     def __init__(self, folder: str, variant: str = "fp32", threads: Optional[int] = None):
         self.folder = Path(folder)
-        self.config = read_config(self.folder)
-        if self.config["family"] != "seq2seq":
-            raise ValueError(f"{self.folder} holds a {self.config['family']} model, which does "
-                             "not translate")
+        self.config = read_config(self.folder, "seq2seq", ", which does not translate")
         if variant not in self.config["models"]:
             raise ValueError(f"no {variant} model in {self.folder} (has: "
                              f"{', '.join(self.config['models'])})")
-        options = ort.SessionOptions()
-        if threads is not None:
-            options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-        self.sessions = {part: ort.InferenceSession(str(self.folder / name), options,
-                                                    providers=["CPUExecutionProvider"])
-                         for part, name in self.config["models"][variant].items()}
         self.io = self.config["io"]
+        self.sessions = {part: open_session(self.folder / name, threads, self.io[part][0])
+                         for part, name in self.config["models"][variant].items()}
         self.block_size = self.config["block_size"]
         self.tokenizer = load_tokenizer(self.folder / self.config["tokenizer"]["file"],
-                                        self.config["tokenizer"]["kind"])
+                                        self.config["tokenizer"]["kind"],
+                                        self.config.get("vocab_size"))
         specials = self.config["special_tokens"]
         missing = [name for name in SPECIALS if name not in specials]
         if missing:
@@ -59,7 +54,7 @@ class OnnxSeq2Seq:
         self.pad, self.bos, self.eos = (specials[name] for name in SPECIALS)
 
     def _run(self, part: str, values: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return self.sessions[part].run(None, dict(zip(self.io[part][0], values)))
+        return run_graph(self.sessions[part], dict(zip(self.io[part][0], values)))
 
     def encode(self, src: np.ndarray, mask: np.ndarray) -> np.ndarray:
         return self._run("encoder", [src, mask])[0]
@@ -137,9 +132,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         search = Search(beam=1 if args.greedy else args.beam, length_penalty=args.length_penalty,
                         max_extra=args.max_len_extra)
+        check_threads(args.threads)
         if args.text is not None and args.out is not None:
             raise ValueError("--out goes with --file, not --text")
-        texts = [args.text] if args.text is not None else read_lines(args.file)
+        texts = ([utf8_text(args.text, "--text")] if args.text is not None
+                 else read_lines(args.file))
         model = OnnxSeq2Seq(args.model, "int8" if args.int8 else "fp32", args.threads)
         text = "".join(t + "\n" for t in model.translate(texts, search, args.batch_size))
         if args.out is not None:

@@ -24,10 +24,10 @@ from typing import Iterator, Optional
 import numpy as np
 
 from pygpt_runtime.cli_checks import (HelpFormatter, add_sampling_flags, check_sampling,
-                                      exits_cleanly, utf8_text)
+                                      check_threads, exits_cleanly, utf8_text)
 from pygpt_runtime.onnx_bert import OnnxBERT, run_bert  # noqa: F401  (OnnxBERT: for callers)
-from pygpt_runtime.onnx_text import (RUNNER_CONFIG, decode_stream, open_export,  # noqa: F401
-                                     read_config)
+from pygpt_runtime.onnx_text import decode_stream, open_export, run_graph
+from pygpt_runtime.runner_config import RUNNER_CONFIG, read_config  # noqa: F401
 
 
 class OnnxGPT:
@@ -35,10 +35,8 @@ class OnnxGPT:
 
     def __init__(self, folder: str, variant: str = "fp32", threads: Optional[int] = None):
         self.folder = Path(folder)
-        self.config, self.session, self.tokenizer = open_export(self.folder, variant, threads)
-        if self.config.get("family", "gpt") != "gpt":
-            raise ValueError(f"{self.folder} holds a {self.config['family']} model, which does "
-                             "not generate")
+        self.config, self.session, self.tokenizer = open_export(
+            self.folder, variant, threads, "gpt", ", which does not generate")
         self.past_names = self.config["inputs"][1:]
 
     def empty_past(self, batch: int) -> list[np.ndarray]:
@@ -48,7 +46,7 @@ class OnnxGPT:
     def step(self, ids: np.ndarray, past: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
         """ids (batch, seq) int64 after the cached positions -> logits (batch, seq, vocab), present."""
         feeds = {"input_ids": ids.astype(np.int64), **dict(zip(self.past_names, past))}
-        logits, *present = self.session.run(None, feeds)
+        logits, *present = run_graph(self.session, feeds)
         return logits, present
 
 
@@ -116,6 +114,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = p.parse_args(argv)
     variant = "int8" if args.int8 else "fp32"
     try:
+        check_threads(args.threads)
         family = read_config(Path(args.model))["family"]
         if family == "bert":
             with exits_cleanly():
@@ -138,9 +137,13 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.stdout.write(args.prompt)
         tokens = stream(model, ids, args.max_new_tokens, greedy=args.greedy,
                         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, rng=rng)
-        for piece in decode_stream(model.tokenizer, (int(t[0]) for t in tokens)):
-            sys.stdout.write(piece)
+        try:
+            for piece in decode_stream(model.tokenizer, (int(t[0]) for t in tokens)):
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+        except ValueError as e:  # outputs that are not finite numbers
             sys.stdout.flush()
+            raise SystemExit(f"error: {e}") from None
         sys.stdout.write("\n")
         sys.stdout.flush()
 

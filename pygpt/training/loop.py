@@ -122,6 +122,10 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     if labels is not None:  # the head's classes come from the labels, as the vocabulary
         model_cfg = dataclasses.replace(model_cfg, num_labels=len(labels))
     elif model_cfg.num_labels:  # pretraining a classifier further keeps its labels
+        if not resume and cfg.init_from is None:
+            raise ValueError(f"num_labels {model_cfg.num_labels} without labels: --task "
+                             "classify sets it from the data's labels, and pretraining keeps "
+                             "the labels of an --init-from or --resume classifier")
         labels = checkpoint.load_labels(cfg.out if resume else cfg.init_from)
 
     torch.manual_seed(cfg.seed)

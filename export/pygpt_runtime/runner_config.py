@@ -1,0 +1,90 @@
+"""An export folder's runner.json: reading it, and checking that every field the runner reads
+has the type and range the exporter writes, so that a damaged or hand-edited file is one
+`error:` line naming the field instead of a traceback deep in the runner (torch-free, beside
+onnx_text.py)."""
+from __future__ import annotations
+
+import json
+import reprlib
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+RUNNER_CONFIG = "runner.json"  # the export's config (pygpt.run_files names it; no pygpt here)
+FAMILIES = ("gpt", "bert", "seq2seq")
+TRANSLATOR_PARTS = ("encoder", "decoder", "decoder_with_past")
+
+
+def _count(v: Any) -> bool:
+    return type(v) is int and v >= 1
+
+
+def _names(v: Any) -> bool:
+    return isinstance(v, list) and len(v) > 0 and all(isinstance(x, str) for x in v)
+
+
+def _files(v: Any, parts: bool) -> bool:
+    """A "models" entry: variant -> graph file, or (a translator) variant -> part -> file."""
+    def file(f: Any) -> bool:
+        return (isinstance(f, dict) and set(f) == set(TRANSLATOR_PARTS)
+                and all(isinstance(x, str) for x in f.values())) if parts else isinstance(f, str)
+    return isinstance(v, dict) and "fp32" in v and all(file(f) for f in v.values())
+
+
+def _ids(v: Any) -> bool:
+    return isinstance(v, dict) and all(type(i) is int and i >= 0 for i in v.values())
+
+
+Check = tuple[Callable[[Any], bool], str]
+_TOKENIZER: Check = (lambda v: isinstance(v, dict) and isinstance(v.get("kind"), str)
+                     and isinstance(v.get("file"), str), "an object naming its kind and file")
+FIELDS: dict[str, dict[str, Check]] = {
+    "gpt": {"models": (lambda v: _files(v, False), "a graph file per variant (fp32, int8)"),
+            "n_head": (_count, "a positive count"), "head_dim": (_count, "a positive count"),
+            "window_keep": (_count, "a positive count"),
+            "inputs": (_names, "the graph's input names")},
+    "bert": {"models": (lambda v: _files(v, False), "a graph file per variant (fp32, int8)"),
+             "task": (lambda v: v in ("fill-mask", "classify"), '"fill-mask" or "classify"')},
+    "seq2seq": {"models": (lambda v: _files(v, True), "per variant, a file for each of "
+                                                       + ", ".join(TRANSLATOR_PARTS)),
+                "special_tokens": (_ids, "an object of token ids"),
+                "io": (lambda v: isinstance(v, dict) and all(
+                    isinstance(v.get(part), list) and len(v[part]) == 2
+                    and all(_names(n) for n in v[part]) for part in TRANSLATOR_PARTS),
+                       "each graph's input and output names")},
+}
+
+
+def read_config(folder: Path, family: Optional[str] = None, refusal: str = "") -> dict:
+    """An export folder's runner.json; its "family" is "gpt" in exports made before BERT's. A
+    ValueError names the file and the field when it is not a JSON object with the fields the
+    runner reads, of their types; with family, one that says "{folder} holds a ... model" and
+    then refusal when the export is of another family."""
+    config_path = folder / RUNNER_CONFIG
+    if not config_path.exists():
+        raise FileNotFoundError(f"{folder} has no {RUNNER_CONFIG}: not a pygpt ONNX "
+                                "export (or one made before it was named so: export again)")
+    try:
+        config = {"family": "gpt", **json.loads(config_path.read_text(encoding="utf-8"))}
+    except (ValueError, TypeError) as e:  # not UTF-8, not JSON, or JSON but no object
+        raise ValueError(f"{config_path} is damaged ({e}): export again") from None
+    if config["family"] not in FAMILIES:
+        raise ValueError(f"{config_path}: family must be {', '.join(FAMILIES)}, got "
+                         f"{reprlib.repr(config['family'])}: export again")
+    if family is not None and config["family"] != family:
+        raise ValueError(f"{folder} holds a {config['family']} model{refusal}")
+    family = config["family"]
+    checks: dict[str, Check] = {"tokenizer": _TOKENIZER,
+                                "block_size": (_count, "a positive count"), **FIELDS[family]}
+    if family == "bert" and config.get("task") == "classify":
+        checks["labels"] = (_names, "the list of the classifier's label names")
+    missing = [k for k in checks if k not in config]
+    if missing:
+        raise ValueError(f"{config_path} lacks {', '.join(missing)}: export again")
+    for key, (ok, what) in checks.items():
+        if not ok(config[key]):
+            raise ValueError(f"{config_path}: {key} must be {what}, got "
+                             f"{reprlib.repr(config[key])}: export again")
+    if family == "gpt" and config["window_keep"] > config["block_size"]:
+        raise ValueError(f"{config_path}: window_keep {config['window_keep']} exceeds "
+                         f"block_size {config['block_size']}: export again")
+    return config
