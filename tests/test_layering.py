@@ -27,7 +27,7 @@ LAYERS = [
     ["pygpt.onnx.graph"],
     ["pygpt.onnx"],  # each family's graphs
     ["pygpt.families"],
-    ["pygpt.compat", "pygpt.checkpoint"],
+    ["pygpt.compat", "pygpt.train_state", "pygpt.checkpoint"],
     ["pygpt.training"],
     ["pygpt.export"],
     ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",
