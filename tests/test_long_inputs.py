@@ -1,0 +1,64 @@
+"""Long inputs cost time and memory in proportion to what is used of them: a tokenizer learns
+from a text with one huge word in linear time (pygpt.tokenizer_training), a translator reads
+of a huge line only what its encoder's positions can hold (pygpt.decoding.translate_texts,
+pygpt_runtime.onnx_translate), and streaming decode of a byte-level BPE that emits bytes that are
+not UTF-8 stays linear and gives its text as it comes (pygpt_runtime.onnx_text.decode_stream)."""
+import random
+import time
+from collections import Counter
+
+import pytest
+
+from pygpt import tokenizer_training
+from pygpt.data.text import SHIPPED_TEXT
+from pygpt.tokenizer import BPETokenizer, WordPieceTokenizer
+from pygpt.tokenizer_training import MAX_TRAINING_WORD
+
+
+def huge_word(n: int) -> str:
+    rng = random.Random(0)
+    return "".join(rng.choice("abcdefgh") for _ in range(n))
+
+
+@pytest.mark.parametrize("train", [lambda t: BPETokenizer.train(t, 1024),
+                                   lambda t: WordPieceTokenizer.train(t, 1024)],
+                         ids=["bpe", "wordpiece"])
+def test_a_huge_word_trains_in_linear_time(train, monkeypatch):
+    """A 300 KB word without spaces took half a minute (the trainer is quadratic in a word's
+    length); the trainer now sees it as pieces of at most MAX_TRAINING_WORD characters."""
+    handed: list[str] = []
+    spelled_out = tokenizer_training.spelled_out
+
+    def recorded(words):
+        for text in spelled_out(words):
+            handed.append(text)
+            yield text
+
+    monkeypatch.setattr(tokenizer_training, "spelled_out", recorded)
+    start = time.perf_counter()
+    train("a few words first " + huge_word(300_000))
+    assert time.perf_counter() - start < 5
+    assert handed and max(len(w) for t in handed for w in t.split()) <= MAX_TRAINING_WORD
+
+
+def test_pieces_keep_the_counts_of_their_word():
+    words = tokenizer_training.training_words(
+        Counter({"ab": 3, "x" * (2 * MAX_TRAINING_WORD + 1): 2}))
+    assert words == {"ab": 3, "x" * MAX_TRAINING_WORD: 4, "x": 2}
+
+
+def test_bpe_learns_what_the_trainer_learns_from_the_text_itself():
+    """Without over-long words, counting the words first changes nothing: the same tokenizer.json
+    as HF's trainer given the text (in the same chunks) directly."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    text = SHIPPED_TEXT.read_text(encoding="utf-8")[:50_000] + " Zürich 世界 😀\t\r\n x"
+    chunks = [text[:20_000], text[20_000:]]
+    direct = Tokenizer(models.BPE())
+    direct.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    direct.decoder = decoders.ByteLevel()
+    direct.train_from_iterator(chunks, trainers.BpeTrainer(
+        vocab_size=600, show_progress=False, special_tokens=["[PAD]", "[BOS]"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    ours = BPETokenizer.train(chunks, 600, specials=["[PAD]", "[BOS]"])
+    assert ours.to_json() == BPETokenizer(direct).to_json()
