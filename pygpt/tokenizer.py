@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence, Union
+from typing import Sequence, Union
 
 from pygpt.io import atomic_write_text
 from pygpt.tokenizer_training import TextOrChunks, text_chunks, train_bpe, train_wordpiece
-from pygpt_runtime.onnx_text import SpecialsEncoding
+from pygpt_runtime.onnx_text import SpecialsEncoding, byte_level_bytes
+from pygpt_runtime.onnx_text import decode_stream  # noqa: F401 (pygpt's streaming decode too)
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # A translator's joint source/target vocabulary: padding, and the target's start and end.
@@ -131,6 +132,7 @@ class _HFTokenizer(_Base):
         tokenizer.encode_special_tokens = True
         self._set_specials({t.content: i for i, t in
                             sorted(tokenizer.get_added_tokens_decoder().items()) if t.special})
+        self.token_bytes = byte_level_bytes(tokenizer)
 
     @property
     def vocab_size(self) -> int:
@@ -221,27 +223,3 @@ def tokenizer_from_json(text: str, source: str = "tokenizer") -> Tokenizer:
             raise ValueError(f"{source} is not a valid {hf_class.hf_type} tokenizer: {e}") from None
     raise ValueError(f"{source}: unsupported tokenizer (expected kind 'char', or an HF BPE or "
                      "WordPiece tokenizer)")
-
-
-def decode_stream(tokenizer: Tokenizer, ids: Iterable[int]) -> Iterator[str]:
-    """The text of a stream of token ids, piece by piece as it becomes whole; the pieces join to
-    decode(all the ids). Each new id is decoded after the ids of the piece given last, and the
-    piece is what that adds to their text: a wordpiece token's leading space or "##" depends on
-    the token before it. A byte-level token can end inside a multi-byte character, which is held
-    back until it completes (a stream ending inside one gives it with a replacement character)."""
-    window: list[int] = []  # the ids of the piece given last, then those not given yet
-    given, prefix = 0, ""  # how many of window were given; their text
-
-    def new_part(text: str) -> str:
-        return text[len(prefix):] if text.startswith(prefix) else tokenizer.decode(window[given:])
-
-    for i in ids:
-        window.append(int(i))
-        text = tokenizer.decode(window)
-        if len(text) > len(prefix) and not text.endswith("\ufffd"):
-            yield new_part(text)
-            window = window[given:]
-            given, prefix = len(window), tokenizer.decode(window)
-    rest = new_part(tokenizer.decode(window)) if len(window) > given else ""
-    if rest:
-        yield rest

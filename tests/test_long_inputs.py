@@ -11,7 +11,7 @@ import pytest
 
 from pygpt import tokenizer_training
 from pygpt.data.text import SHIPPED_TEXT
-from pygpt.tokenizer import BPETokenizer, WordPieceTokenizer
+from pygpt.tokenizer import BPETokenizer, WordPieceTokenizer, decode_stream
 from pygpt.tokenizer_training import MAX_TRAINING_WORD
 
 
@@ -62,3 +62,52 @@ def test_bpe_learns_what_the_trainer_learns_from_the_text_itself():
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     ours = BPETokenizer.train(chunks, 600, specials=["[PAD]", "[BOS]"])
     assert ours.to_json() == BPETokenizer(direct).to_json()
+
+
+@pytest.fixture(scope="module")
+def bpe() -> BPETokenizer:
+    return BPETokenizer.train(SHIPPED_TEXT.read_text(encoding="utf-8")[:20_000], 300,
+                              specials=["[PAD]", "[BOS]"])
+
+
+def byte_ids(bpe: BPETokenizer, data: bytes) -> list[int]:
+    """The ids of the single-byte tokens spelling data (valid UTF-8 or not)."""
+    from pygpt_runtime.onnx_text import _byte_of_char
+
+    char_of = {b: c for c, b in _byte_of_char().items()}
+    return [bpe._tok.token_to_id(char_of[b]) for b in data]
+
+
+def test_invalid_bytes_stream_as_they_come(bpe):
+    """Bytes that never become UTF-8 used to hold back everything after them, decoding it all
+    again at each token (quadratic, and nothing printed until the end): now each piece comes as
+    soon as it is known, and 20000 such tokens take a fraction of a second."""
+    ids = byte_ids(bpe, b"\xff\x80" * 10_000) + bpe.encode(" thou art")
+    stream = decode_stream(bpe, iter(ids))
+    assert next(stream) == "\ufffd"  # the first byte is invalid: given at once
+    start = time.perf_counter()
+    rest = list(stream)
+    assert time.perf_counter() - start < 2
+    assert "".join(["\ufffd", *rest]) == bpe.decode(ids)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_stream_of_random_bytes_and_specials_joins_to_decode(bpe, seed):
+    """Random bytes (valid, invalid, cut characters) and special ids: the pieces join to decode,
+    which reads them as HF's byte-level decoder does; at most 3 bytes are ever held back."""
+    rng = random.Random(seed)
+    data = bytes(rng.choice([rng.randrange(256), *"é😀世".encode()]) for _ in range(200))
+    ids = byte_ids(bpe, data)
+    for at in sorted(rng.sample(range(len(ids)), 5), reverse=True):
+        ids.insert(at, rng.choice([0, 1, *bpe.encode("thou")]))
+    given: list[str] = []
+
+    def fed():  # before each id: all of the text so far given, but for an unfinished character
+        for n, i in enumerate(ids):
+            whole, got = bpe.decode(ids[:n]), "".join(given)
+            assert got == whole or (whole.endswith("\ufffd") and got == whole[:-1])
+            yield i
+
+    for piece in decode_stream(bpe, fed()):
+        given.append(piece)
+    assert "".join(given) == bpe.decode(ids)
