@@ -111,3 +111,44 @@ def test_stream_of_random_bytes_and_specials_joins_to_decode(bpe, seed):
     for piece in decode_stream(bpe, fed()):
         given.append(piece)
     assert "".join(given) == bpe.decode(ids)
+
+
+def test_a_huge_line_is_cut_before_it_is_tokenized(monkeypatch):
+    """A 20 MB line took gigabytes to tokenize though the encoder keeps block_size tokens: the
+    tokenizer now gets at most CHARS_PER_POSITION characters a position, the cut is counted and
+    the translation is that of the line's first block_size tokens."""
+    from mt_helpers import CFG, reverser, tokenizer
+    from pygpt.decoding.beam_search import Search
+    from pygpt.decoding.translate_texts import translate_texts
+    from pygpt_runtime.onnx_translate import CHARS_PER_POSITION
+
+    tok, model = tokenizer(), reverser(steps=5)
+    handed: list[int] = []
+    encode = tok.encode
+    monkeypatch.setattr(tok, "encode", lambda text: handed.append(len(text)) or encode(text))
+    line = "  " + "abc de" * 200_000
+    head = line.strip()[:CFG.block_size]
+    search = Search(beam=1)
+    done, cut = translate_texts(model, tok, [line, head, "ab"], search)
+    assert max(handed) <= CHARS_PER_POSITION * CFG.block_size
+    assert cut == 1 and done[0] == done[1]
+
+
+def test_the_runner_cuts_a_huge_line_before_it_is_tokenized():
+    from pygpt_runtime.onnx_translate import CHARS_PER_POSITION, OnnxSeq2Seq
+
+    class Recording:
+        handed: list[int] = []
+
+        def encode(self, text):
+            self.handed.append(len(text))
+            return [1] * len(text)
+
+        def decode(self, ids):
+            return ""
+
+    runner = object.__new__(OnnxSeq2Seq)  # the tokenizer's part alone, without graphs
+    runner.block_size, runner.tokenizer = 16, Recording()
+    runner.translate_ids = lambda sources, search, batch_size: [[] for _ in sources]
+    runner.translate([" " + "x" * 1_000_000, "short "], None)
+    assert Recording.handed == [CHARS_PER_POSITION * 16, len("short")]
