@@ -22,18 +22,18 @@ instead of True (SEQ2SEQ_SPECIALS, [PAD] [UNK] [BOS] [EOS], for a translator), o
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence, Union
+from typing import Sequence, Union
 
 from pygpt.io import atomic_write_text
-from pygpt_runtime.onnx_text import SpecialsEncoding
+from pygpt.tokenizer_training import TextOrChunks, text_chunks, train_bpe, train_wordpiece
+from pygpt_runtime.onnx_text import SpecialsEncoding, byte_level_bytes
+from pygpt_runtime.onnx_text import decode_stream  # noqa: F401 (pygpt's streaming decode too)
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # A translator's joint source/target vocabulary: padding, and the target's start and end.
 SEQ2SEQ_SPECIALS = ("[PAD]", "[UNK]", "[BOS]", "[EOS]")
 Specials = Union[bool, Sequence[str]]  # True: SPECIAL_TOKENS; False: none; or the names
-TextOrChunks = Union[str, Iterable[str]]  # a text, or its chunks (a file read piece by piece)
 
 
 def special_names(specials: Specials) -> tuple[str, ...]:
@@ -50,10 +50,6 @@ def require_specials(special_tokens: dict[str, int], names: Sequence[str], need:
         has = "a BERT's" if set(names) <= set(SPECIAL_TOKENS) else "a translator's"
         raise ValueError(f"the tokenizer has no {', '.join(missing)} token(s): {need} need "
                          f"{', '.join(names)} ({has} tokenizer has them)")
-
-
-def _chunks(text: TextOrChunks) -> Iterable[str]:
-    return [text] if isinstance(text, str) else text
 
 
 class _Base(SpecialsEncoding):
@@ -89,7 +85,7 @@ class CharTokenizer(_Base):
         the names) they follow the characters (ids len(chars)..): the characters' ids are those
         without."""
         chars: set[str] = set()
-        for chunk in _chunks(text):
+        for chunk in text_chunks(text):
             chars.update(chunk)
         if not chars:
             raise ValueError("cannot build a tokenizer from empty text")
@@ -136,6 +132,7 @@ class _HFTokenizer(_Base):
         tokenizer.encode_special_tokens = True
         self._set_specials({t.content: i for i, t in
                             sorted(tokenizer.get_added_tokens_decoder().items()) if t.special})
+        self.token_bytes = byte_level_bytes(tokenizer)
 
     @property
     def vocab_size(self) -> int:
@@ -160,30 +157,7 @@ class BPETokenizer(_HFTokenizer):
         """Byte-level BPE with vocab_size tokens (at least the 256 bytes) learned from text. With
         specials (True: SPECIAL_TOKENS, or the names) they take the first ids (and count in
         vocab_size): the bytes follow them."""
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-        names = special_names(specials)
-        least = 256 + len(names)
-        if vocab_size <= least:
-            which = f" with the {len(names)} special tokens" if names else ""
-            raise ValueError(f"a byte-level BPE{which} needs --vocab-size above {least}, "
-                             f"got {vocab_size}")
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
-                                      special_tokens=list(names),
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        tok.train_from_iterator(_chunks(text), trainer)
-        return cls(tok)
-
-
-def _spelled_out(words: Counter) -> Iterator[str]:
-    """Each word as often as it was counted, separated by spaces, in texts of about a megabyte."""
-    for word, n in words.items():
-        per_text = max(1, (1 << 20) // (len(word) + 1))
-        for done in range(0, n, per_text):
-            yield " ".join([word] * min(n - done, per_text))
+        return cls(train_bpe(text, vocab_size, special_names(specials)))
 
 
 class WordPieceTokenizer(_HFTokenizer):
@@ -203,35 +177,10 @@ class WordPieceTokenizer(_HFTokenizer):
         it gives encodes to the same ids again. A vocab_size below the specials and that alphabet
         is refused. Deterministic: HF's trainer gets the alphabet in that order (by itself it
         numbers the "##" forms in a per-process hash map's order, and ties between merges go by
-        id: huggingface/tokenizers#1794) and learns from the words counted here."""
-        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
-        if vocab_size <= len(SPECIAL_TOKENS):
-            raise ValueError(f"a WordPiece tokenizer needs --vocab-size above "
-                             f"{len(SPECIAL_TOKENS)} (its special tokens and at least one "
-                             f"character), got {vocab_size}")
-        tok = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
-        tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tok.decoder = decoders.WordPiece(prefix="##")
-        words = Counter(word for chunk in _chunks(text) for word, _ in
-                        tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(chunk)))
-        alphabet = sorted(set("".join(words))) + sorted({"##" + c for w in words for c in w[1:]})
-        if not alphabet:
-            raise ValueError("cannot build a tokenizer from a text without words")
-        if (got := len(SPECIAL_TOKENS) + len(alphabet)) > vocab_size:
-            raise ValueError(f"--vocab-size {vocab_size} is too small for this text: the "
-                             f"{len(SPECIAL_TOKENS)} special tokens and its alphabet (its "
-                             f"characters and their ## forms) take {got}; ask for {got} or more")
-        # No word holds a space. The alphabet is among the trainer's specials for their ids only.
-        learner = Tokenizer(tok.model)
-        learner.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, show_progress=False,
-                                            special_tokens=list(SPECIAL_TOKENS) + alphabet,
-                                            continuing_subword_prefix="##")
-        learner.train_from_iterator(_spelled_out(words), trainer)
-        tok.add_special_tokens(list(SPECIAL_TOKENS))
-        return cls(tok)
+        id: huggingface/tokenizers#1794) and learns from the words counted here. Both kinds learn
+        from a word of over MAX_TRAINING_WORD characters as from its pieces of that length
+        (pygpt.tokenizer_training)."""
+        return cls(train_wordpiece(text, vocab_size, lowercase, SPECIAL_TOKENS))
 
 
 Tokenizer = Union[CharTokenizer, BPETokenizer, WordPieceTokenizer]
@@ -274,27 +223,3 @@ def tokenizer_from_json(text: str, source: str = "tokenizer") -> Tokenizer:
             raise ValueError(f"{source} is not a valid {hf_class.hf_type} tokenizer: {e}") from None
     raise ValueError(f"{source}: unsupported tokenizer (expected kind 'char', or an HF BPE or "
                      "WordPiece tokenizer)")
-
-
-def decode_stream(tokenizer: Tokenizer, ids: Iterable[int]) -> Iterator[str]:
-    """The text of a stream of token ids, piece by piece as it becomes whole; the pieces join to
-    decode(all the ids). Each new id is decoded after the ids of the piece given last, and the
-    piece is what that adds to their text: a wordpiece token's leading space or "##" depends on
-    the token before it. A byte-level token can end inside a multi-byte character, which is held
-    back until it completes (a stream ending inside one gives it with a replacement character)."""
-    window: list[int] = []  # the ids of the piece given last, then those not given yet
-    given, prefix = 0, ""  # how many of window were given; their text
-
-    def new_part(text: str) -> str:
-        return text[len(prefix):] if text.startswith(prefix) else tokenizer.decode(window[given:])
-
-    for i in ids:
-        window.append(int(i))
-        text = tokenizer.decode(window)
-        if len(text) > len(prefix) and not text.endswith("\ufffd"):
-            yield new_part(text)
-            window = window[given:]
-            given, prefix = len(window), tokenizer.decode(window)
-    rest = new_part(tokenizer.decode(window)) if len(window) > given else ""
-    if rest:
-        yield rest

@@ -18,7 +18,8 @@ PACKAGE = REPO / "pygpt"
 LAYERS = [
     ["pygpt._build_info", "pygpt.commit_marker", "pygpt.io", "pygpt.run_files",
      "pygpt.positions", "pygpt.config", "pygpt.presets", "pygpt.cli", "pygpt.cpu_isa"],
-    ["pygpt.tokenizer", "pygpt.data", "pygpt.ops", "pygpt.plot", "pygpt.tasks.bleu"],
+    ["pygpt.tokenizer", "pygpt.tokenizer_training", "pygpt.data", "pygpt.ops", "pygpt.plot",
+     "pygpt.tasks.bleu"],
     ["pygpt.kernels"],
     ["pygpt.nn"],
     ["pygpt.decoding"],

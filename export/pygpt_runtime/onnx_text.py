@@ -9,10 +9,11 @@ names by default; here it is switched off), encode(text, parse_specials=True) gi
 its name."""
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -84,6 +85,8 @@ class SpecialsEncoding:
     """Encoding with or without matching the special names, for every kind (of this runner and of
     pygpt.tokenizer): a subclass gives `_encode_text` and calls `_set_specials`."""
     special_tokens: dict[str, int] = {}  # name -> id; empty without specials
+    # A byte-level tokenizer's: the bytes an id stands for (its text is all of them as UTF-8).
+    token_bytes: Optional[Callable[[int], bytes]] = None
     _pattern = None  # the special names, the longest first, as one captured alternation
 
     def _set_specials(self, special_tokens: dict[str, int]) -> None:
@@ -145,6 +148,7 @@ class HFTokenizer(SpecialsEncoding):
         self._tok.encode_special_tokens = True  # names in text are text, as in pygpt
         added = self._tok.get_added_tokens_decoder()
         self._set_specials({added[i].content: i for i in sorted(added) if added[i].special})
+        self.token_bytes = byte_level_bytes(self._tok)
 
     def _encode_text(self, text: str) -> list[int]:
         try:
@@ -183,14 +187,67 @@ def load_tokenizer(path: Path, kind: str, vocab_size: Optional[int] = None):
     return tokenizer
 
 
-def decode_stream(tokenizer, ids) -> Iterator[str]:
-    """Text pieces as they become whole (a byte-level token can end inside a character)."""
-    pending: list[int] = []
+def _byte_of_char() -> dict[str, int]:
+    """The byte each character of the byte-level (GPT-2) alphabet stands for: the printable
+    Latin-1 bytes for themselves, the others for chr(256), chr(257), ... in byte order."""
+    chars = {b: chr(b) for b in (*range(33, 127), *range(161, 173), *range(174, 256))}
+    others = [b for b in range(256) if b not in chars]
+    chars.update({b: chr(256 + n) for n, b in enumerate(others)})
+    return {c: b for b, c in chars.items()}
+
+
+_BYTE_OF_CHAR = _byte_of_char()
+
+
+def byte_level_bytes(tok) -> Optional[Callable[[int], bytes]]:
+    """For a `tokenizers.Tokenizer` with a byte-level decoder, id -> the bytes it decodes to, as
+    that decoder does: a token of alphabet characters is their bytes, any other (a special
+    name such as "[PAD]") its UTF-8; an unknown id none. decode(ids) is then all their bytes
+    read as UTF-8, each invalid part a U+FFFD. None for any other tokenizer."""
+    from tokenizers import decoders
+
+    if not isinstance(tok.decoder, decoders.ByteLevel):
+        return None
+
+    def token_bytes(i: int) -> bytes:
+        token = tok.id_to_token(i)
+        if token is None:
+            return b""
+        try:
+            return bytes(_BYTE_OF_CHAR[c] for c in token)
+        except KeyError:
+            return token.encode("utf-8")
+    return token_bytes
+
+
+def decode_stream(tokenizer, ids: Iterable[int]) -> Iterator[str]:
+    """The text of a stream of token ids, piece by piece as it becomes whole, in time linear in
+    the ids; the pieces join to decode(all the ids). A byte-level BPE's bytes are read as UTF-8
+    as they come: only the bytes of a character not complete yet (at most 3) are held back,
+    bytes that cannot begin or continue a character give a U+FFFD at once, and a stream ending
+    inside a character gives it as a U+FFFD. Any other tokenizer's new id is decoded after the
+    ids of the piece given last, and the piece is what that adds to their text: a wordpiece
+    token's leading space or "##" depends on the token before it."""
+    if tokenizer.token_bytes is not None:
+        utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        for i in ids:
+            if text := utf8.decode(tokenizer.token_bytes(int(i))):
+                yield text
+        if rest := utf8.decode(b"", final=True):
+            yield rest
+        return
+    window: list[int] = []  # the ids of the piece given last, then those not given yet
+    given, prefix = 0, ""  # how many of window were given; their text
+
+    def new_part(text: str) -> str:
+        return text[len(prefix):] if text.startswith(prefix) else tokenizer.decode(window[given:])
+
     for i in ids:
-        pending.append(int(i))
-        text = tokenizer.decode(pending)
-        if not text.endswith("\ufffd"):
-            yield text
-            pending = []
-    if pending:
-        yield tokenizer.decode(pending)
+        window.append(int(i))
+        text = tokenizer.decode(window)
+        if len(text) > len(prefix):
+            yield new_part(text)
+            window = window[given:]
+            given, prefix = len(window), tokenizer.decode(window)
+    if len(window) > given and (rest := new_part(tokenizer.decode(window))):
+        yield rest

@@ -8,7 +8,8 @@ python -m pygpt.translate, whose output it reproduces token for token.
 Options as pygpt.translate's: --beam K (default 4), --greedy, --length-penalty (0.6),
 --max-len-extra (50), --batch-size (32); plus --int8 (the int8-quantized graphs) and --threads
 (onnxruntime intra-op threads). Sentences are stripped, blank ones stay blank, sources are cut to
-the model's positions, and a file is translated longest first in batches (as
+the model's positions (a huge line first to CHARS_PER_POSITION characters a position, before it
+is tokenized), and a file is translated longest first in batches (as
 pygpt.decoding.translate_texts does), its translations written in input order.
 """
 from __future__ import annotations
@@ -29,6 +30,18 @@ from pygpt_runtime.runner_config import read_config
 
 SPECIALS = ("[PAD]", "[BOS]", "[EOS]")
 BATCH_SIZE = 32
+# A source is read up to this many characters per encoder position: a token covers a character
+# or more (or a byte of one) in normal text, so what is cut off lies far past the positions.
+CHARS_PER_POSITION = 32
+
+
+def source_text(text: str, block_size: int) -> tuple[str, bool]:
+    """text stripped, and cut to CHARS_PER_POSITION * block_size characters before it is
+    tokenized (a huge line would cost memory for tokens the encoder never sees); and whether it
+    was cut."""
+    text = text.strip()
+    most = CHARS_PER_POSITION * block_size
+    return text[:most], len(text) > most
 
 
 class OnnxSeq2Seq:
@@ -95,7 +108,8 @@ class OnnxSeq2Seq:
 
     def translate(self, texts: Sequence[str], search: Search,
                   batch_size: int = BATCH_SIZE) -> list[str]:
-        sources = [self.tokenizer.encode(t.strip()) if t.strip() else [] for t in texts]
+        sources = [self.tokenizer.encode(kept) if kept else []
+                   for kept, _ in (source_text(t, self.block_size) for t in texts)]
         return [self.tokenizer.decode(ids)
                 for ids in self.translate_ids(sources, search, batch_size)]
 

@@ -5,7 +5,8 @@ The sentences are taken longest first (a stable sort by token count, so equal le
 input order) and cut into batches of `batch_size`, so that a batch holds sentences of similar
 length and little padding; the translations come back in input order. An empty sentence (no
 tokens) translates to an empty one without running the model. A source longer than the encoder's
-positions is cut to them (`cut` counts those). pygpt_runtime.onnx_translate batches the same
+positions is cut to them (`cut` counts those); a text is first cut to CHARS_PER_POSITION characters
+a position (pygpt_runtime.onnx_translate.source_text), far more than its tokens there can use. pygpt_runtime.onnx_translate batches the same
 way, so that the ONNX runner's output matches this one's.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from pygpt.tokenizer import require_specials
 from pygpt.decoding.beam_search import Search, translate
+from pygpt_runtime.onnx_translate import source_text
 
 SPECIALS = ("[PAD]", "[BOS]", "[EOS]")  # a translator's tokenizer has them
 BATCH_SIZE = 32  # sentences per batch by default
@@ -60,6 +62,9 @@ def translate_texts(model: Any, tokenizer: Any, texts: Sequence[str], search: Se
                     batch_size: int = BATCH_SIZE) -> tuple[list[str], int]:
     """The translations of texts (each stripped first; blank ones translate to "") and the
     number of sources cut to the encoder's positions."""
-    sources = [tokenizer.encode(t.strip()) if t.strip() else [] for t in texts]
+    kept = [source_text(t, model.config.block_size) for t in texts]
+    sources = [tokenizer.encode(text) if text else [] for text, _ in kept]
     done = translate_ids(model, sources, tokenizer.special_tokens, search, batch_size)
-    return [tokenizer.decode(ids) for ids in done.ids], done.cut
+    cut_short = sum(was_cut and len(s) <= model.config.block_size
+                    for (_, was_cut), s in zip(kept, sources))  # cut in characters only
+    return [tokenizer.decode(ids) for ids in done.ids], done.cut + cut_short
