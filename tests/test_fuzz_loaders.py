@@ -17,7 +17,8 @@ from pygpt import checkpoint  # noqa: E402
 from pygpt.config import ModelConfig, to_dict  # noqa: E402
 from pygpt.io import recover_folder  # noqa: E402
 from pygpt.models import GPT  # noqa: E402
-from pygpt.tokenizer import BPETokenizer, CharTokenizer, WordPieceTokenizer, load_tokenizer  # noqa: E402,E501
+from pygpt.tokenizer import (BPETokenizer, CharTokenizer, WordPieceTokenizer,  # noqa: E402
+                             load_tokenizer)
 from pygpt_runtime.runner_config import read_config as read_runner_config  # noqa: E402
 
 TEXT = "the cat sat on the mat. the dog ate the bone.\n" * 20

@@ -53,7 +53,8 @@ _TOKENIZER: Check = (lambda v: isinstance(v, dict) and isinstance(v.get("kind"),
                      and plain_name(v.get("file")), "an object naming its kind and a file of "
                                                      "the folder")
 FIELDS: dict[str, dict[str, Check]] = {
-    "gpt": {"models": (lambda v: _files(v, False), "a graph file of the folder per variant (fp32, int8)"),
+    "gpt": {"models": (lambda v: _files(v, False),
+                       "a graph file of the folder per variant (fp32, int8)"),
             "n_head": (_count, "a positive count"), "head_dim": (_count, "a positive count"),
             "window_keep": (_count, "a positive count"),
             "inputs": (_names, "the graph's input names")},
