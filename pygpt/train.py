@@ -81,14 +81,16 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
     out = Path(train_flags.get("out", TrainConfig.out))
     if args.resume:
         saved = checkpoint.read_config(out)
-        if model_flags:
-            raise SystemExit(f"--resume continues the saved model; model flags cannot change "
-                             f"({', '.join('--' + k.replace('_', '-') for k in model_flags)})")
         try:
             model_cfg = config_from_dict(ModelConfig, saved["model"])
             saved_train = config_from_dict(TrainConfig, saved.get("train"))
         except (TypeError, ValueError) as e:
             raise ValueError(f"{out / CONFIG}: cannot resume: {e}") from None
+        changed = [f"--{k.replace('_', '-')} {v} (saved: {getattr(model_cfg, k)})"
+                   for k, v in model_flags.items() if v != getattr(model_cfg, k)]
+        if changed:  # flags equal to the saved values change nothing
+            raise SystemExit("--resume continues the saved model; model flags cannot change "
+                             f"it: {', '.join(changed)}")
         # The folder being resumed is where the run continues, wherever it was first written.
         train_flags.setdefault("out", str(out))
         train_cfg = _absolute_paths(dataclasses.replace(saved_train, **train_flags))

@@ -22,12 +22,26 @@ def _names(v: Any) -> bool:
     return isinstance(v, list) and len(v) > 0 and all(isinstance(x, str) for x in v)
 
 
+def plain_name(v: Any) -> bool:
+    """Whether v names a file of the export folder itself: no path (absolute, "..", a separator)
+    nor hidden name, so that a runner.json from elsewhere reads nothing outside its folder."""
+    return (isinstance(v, str) and v not in ("", ".", "..") and not v.startswith(".")
+            and not any(c in v for c in ("/", "\\", "\0", ":")))
+
+
 def _files(v: Any, parts: bool) -> bool:
     """A "models" entry: variant -> graph file, or (a translator) variant -> part -> file."""
     def file(f: Any) -> bool:
         return (isinstance(f, dict) and set(f) == set(TRANSLATOR_PARTS)
-                and all(isinstance(x, str) for x in f.values())) if parts else isinstance(f, str)
+                and all(plain_name(x) for x in f.values())) if parts else plain_name(f)
     return isinstance(v, dict) and "fp32" in v and all(file(f) for f in v.values())
+
+
+def export_files(config: dict) -> list[str]:
+    """The files a checked runner.json names: each graph of each variant and the tokenizer."""
+    graphs = [g for f in config["models"].values()
+              for g in (f.values() if isinstance(f, dict) else [f])]
+    return [*graphs, config["tokenizer"]["file"]]
 
 
 def _ids(v: Any) -> bool:
@@ -36,16 +50,19 @@ def _ids(v: Any) -> bool:
 
 Check = tuple[Callable[[Any], bool], str]
 _TOKENIZER: Check = (lambda v: isinstance(v, dict) and isinstance(v.get("kind"), str)
-                     and isinstance(v.get("file"), str), "an object naming its kind and file")
+                     and plain_name(v.get("file")), "an object naming its kind and a file of "
+                                                     "the folder")
 FIELDS: dict[str, dict[str, Check]] = {
-    "gpt": {"models": (lambda v: _files(v, False), "a graph file per variant (fp32, int8)"),
+    "gpt": {"models": (lambda v: _files(v, False),
+                       "a graph file of the folder per variant (fp32, int8)"),
             "n_head": (_count, "a positive count"), "head_dim": (_count, "a positive count"),
             "window_keep": (_count, "a positive count"),
             "inputs": (_names, "the graph's input names")},
-    "bert": {"models": (lambda v: _files(v, False), "a graph file per variant (fp32, int8)"),
+    "bert": {"models": (lambda v: _files(v, False),
+                        "a graph file of the folder per variant (fp32, int8)"),
              "task": (lambda v: v in ("fill-mask", "classify"), '"fill-mask" or "classify"')},
-    "seq2seq": {"models": (lambda v: _files(v, True), "per variant, a file for each of "
-                                                       + ", ".join(TRANSLATOR_PARTS)),
+    "seq2seq": {"models": (lambda v: _files(v, True), "per variant, a file of the folder for "
+                           "each of " + ", ".join(TRANSLATOR_PARTS)),
                 "special_tokens": (_ids, "an object of token ids"),
                 "io": (lambda v: isinstance(v, dict) and all(
                     isinstance(v.get(part), list) and len(v[part]) == 2

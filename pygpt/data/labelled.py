@@ -2,9 +2,11 @@
 
 A labelled file is UTF-8 TSV or CSV (by its extension, .tsv or .csv; otherwise the delimiter is
 sniffed) with a header row naming a `label` and a `text` column, and optionally `text_pair` (for
-tasks on pairs of texts); other columns are ignored. Labels are strings; a model's classes are
-their sorted list. Every problem with a file is a ValueError naming the file and, for a bad row,
-its line.
+tasks on pairs of texts); other columns are ignored. Labels are strings without control
+characters; a model's classes are their sorted list. Each example is one line: a quoted field may
+hold the delimiter but not a line break, so an unmatched `"` (which would swallow the lines after
+it into one field) is refused at the line where it opens. Every problem with a file is a
+ValueError naming the file and, for a bad row, its line.
 
 Rows are [CLS] text [SEP] (text_pair [SEP]), the longer of the two cut from its end until the
 row fits the model's block_size; segment ids are 0 up to the first [SEP] and 1 after it. Batches
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import unicodedata
 from pathlib import Path
 from typing import Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 
@@ -84,8 +87,15 @@ def read_labelled(path: Union[str, Path]) -> list[Example]:
         col = {name: header.index(name) for name in (*REQUIRED_COLUMNS, "text_pair")
                if name in header}
         examples = []
-        for row in reader:
-            line = reader.line_num
+        while True:
+            line = reader.line_num + 1  # where the row starts
+            row = next(reader, None)
+            if row is None:
+                break
+            if any("\n" in cell or "\r" in cell for cell in row):
+                raise ValueError(f"{path}:{line}: a quoted field opens here and does not close "
+                                 'on this line (an unmatched "?); write a " inside a quoted '
+                                 'field as "", and keep each example on one line')
             if not any(cell.strip() for cell in row):
                 continue  # a blank line
             if len(row) != len(header):
@@ -95,6 +105,7 @@ def read_labelled(path: Union[str, Path]) -> list[Example]:
             for name, value in values.items():
                 if not value:
                     raise ValueError(f"{path}:{line}: the {name} is empty")
+            check_label(values["label"], f"{path}:{line}")
             examples.append(Example(values["text"], values.get("text_pair"), values["label"],
                                     line))
     except csv.Error as e:
@@ -102,6 +113,15 @@ def read_labelled(path: Union[str, Path]) -> list[Example]:
     if not examples:
         raise ValueError(f"{path} has a header but no examples")
     return examples
+
+
+def check_label(label: str, where: str) -> None:
+    """A ValueError naming where unless label is text fit to print: no control characters (a
+    terminal would act on escape sequences in a label that a classifier prints)."""
+    bad = next((c for c in label if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        raise ValueError(f"{where}: the label {label!r} holds the control character "
+                         f"{bad!r}; labels are printed, so they must be plain text")
 
 
 def labels_of(examples: Sequence[Example], path: Union[str, Path]) -> list[str]:

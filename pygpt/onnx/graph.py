@@ -15,10 +15,11 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from pygpt.io import FolderWrite
+from pygpt.io import FolderWrite, read_committed
 from pygpt.ops.onnx_opset import OPSET
 from pygpt.ops.registry import OPS
 from pygpt.run_files import RUNNER_CONFIG, TOKENIZER
+from pygpt_runtime.runner_config import export_files, read_config
 
 # Each op's translation to standard ONNX ops, from its home in pygpt.ops (see pygpt.ops.registry).
 TRANSLATIONS = {getattr(torch.ops.pygpt, op.name).default: op.onnx for op in OPS
@@ -63,14 +64,25 @@ def models_entry(fp32: Union[str, dict[str, str]], quantize: Optional[str]) -> d
     return {"fp32": fp32, **({"int8": int8} if quantize == "int8" else {})}
 
 
+def _earlier_files(out_dir: Path) -> list[str]:
+    """The files that the runner.json of an earlier export in out_dir names (plain names of the
+    folder: read_config refuses others); none where there is no readable one."""
+    try:
+        return export_files(read_committed(out_dir, RUNNER_CONFIG,
+                                           lambda path: read_config(path.parent)))
+    except (OSError, ValueError):
+        return []
+
+
 def write_export(out_dir: Path, graphs: dict[str, Callable[[Path], None]],
                  check: Callable[[Path], None], quantize: Optional[str], tokenizer,
                  runner_config: dict) -> list[Path]:
     """Writes an export folder as a whole: graphs maps each fp32 graph's file name to the
     function writing it; check(folder) raises if the graphs staged in folder disagree with
     PyTorch; then their int8 copies (quantize "int8", else previous ones are removed), the
-    tokenizer, and runner.json (runner_config, whose "models" is models_entry's). Returns the
-    paths written."""
+    tokenizer, and runner.json (runner_config, whose "models" is models_entry's). The files an
+    earlier export there lists in its runner.json that this one does not write (another family's
+    graphs) are removed with the change. Returns the paths written."""
     logging.getLogger("torch.onnx._internal.exporter._registration").addFilter(
         _not_the_torchvision_notice)
     config = {"format": 1, "family": runner_config["family"], "task": runner_config["task"],
@@ -78,7 +90,8 @@ def write_export(out_dir: Path, graphs: dict[str, Callable[[Path], None]],
               "special_tokens": tokenizer.special_tokens, "opset": OPSET,
               **{k: v for k, v in runner_config.items() if k not in ("family", "task")}}
     with FolderWrite(out_dir, index=RUNNER_CONFIG,
-                     remove=[int8_name(name) for name in graphs]) as change:
+                     remove=[*(int8_name(name) for name in graphs), *_earlier_files(out_dir)],
+                     ) as change:
         for name, build in graphs.items():
             change.write(name, build)
         check(change.staging)

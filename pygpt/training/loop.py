@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
-from tqdm import tqdm
 
 from pygpt import checkpoint
 from pygpt.compat import stack_fused_states
@@ -35,6 +34,7 @@ from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, WordPieceTok
 from pygpt.training.distributed import Distributed
 from pygpt.training.metrics_log import append_metrics, truncate_metrics
 from pygpt.training.optim import lr_at, make_optimizer, warmup_warning
+from pygpt.training.progress import Progress
 from pygpt.training.step import Diverged, check_finite_weights, train_step
 from pygpt.training.stop import StopRequest
 from pygpt.tasks import Task
@@ -191,8 +191,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     last: dict[str, Any] = {"step": step, "tokens": tokens_seen}
     tokens = 0  # since the last evaluation
     train_time, t_start = 0.0, time.perf_counter()
-    bar = tqdm(total=cfg.max_iters, initial=step, disable=not (progress and ranks.is_main),
-               unit="step", dynamic_ncols=True, mininterval=0.5)
+    bar = Progress(cfg.max_iters, step, progress and ranks.is_main)
     stop = stop if stop is not None else StopRequest()
     taking = step + 1
     try:
@@ -208,9 +207,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
                 tokens += step_tokens
                 dt = time.perf_counter() - t0
                 train_time += dt
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{step_tokens / dt:,.0f}",
-                                refresh=False)
+                bar.update(loss, step_tokens / dt)
                 if step % cfg.eval_interval == 0 or step == cfg.max_iters or stop.requested:
                     tokens_seen += tokens
                     last = {"step": step, "tokens": tokens_seen, "lr": lr,
