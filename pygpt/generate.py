@@ -18,9 +18,10 @@ import torch
 from pygpt.checkpoint import load
 from pygpt.config import KERNEL_SETS
 from pygpt.decoding.sampling import Generates, Sampling
-from pygpt.tokenizer import decode_stream
 from pygpt_runtime.cli_checks import (HelpFormatter, add_sampling_flags, check_threads,
                                       exits_cleanly, utf8_text)
+from pygpt_runtime.onnx_text import decode_stream
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pygpt.generate", description=__doc__,

@@ -28,7 +28,6 @@ from typing import Sequence, Union
 from pygpt.io import atomic_write_text
 from pygpt.tokenizer_training import TextOrChunks, text_chunks, train_bpe, train_wordpiece
 from pygpt_runtime.onnx_text import SpecialsEncoding, byte_level_bytes
-from pygpt_runtime.onnx_text import decode_stream  # noqa: F401 (pygpt's streaming decode too)
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # A translator's joint source/target vocabulary: padding, and the target's start and end.

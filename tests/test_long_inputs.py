@@ -11,7 +11,8 @@ import pytest
 
 from pygpt import tokenizer_training
 from pygpt.data.text import SHIPPED_TEXT
-from pygpt.tokenizer import BPETokenizer, WordPieceTokenizer, decode_stream
+from pygpt.tokenizer import BPETokenizer, WordPieceTokenizer
+from pygpt_runtime.onnx_text import decode_stream
 from pygpt.tokenizer_training import MAX_TRAINING_WORD
 
 
