@@ -163,6 +163,23 @@ def edit_json(path, edit):
     path.write_text(json.dumps(data))
 
 
+def train_cli(args):
+    """pygpt.train.main(args): (exit status, the SystemExit message or None)."""
+    import pygpt.train
+
+    try:
+        pygpt.train.main(args)
+    except SystemExit as e:
+        return (e.code if isinstance(e.code, int) else 1), (e.code if isinstance(e.code, str)
+                                                           else None)
+    return 0, None
+
+
+def snapshot(folder):
+    """The files of folder (not below it) with their bytes: to prove a command changed none."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
 import os  # noqa: E402  (the torch-free runner's tests)
 import sys  # noqa: E402
 

@@ -12,14 +12,10 @@ from torch import nn
 
 import pygpt.train
 import pygpt.training.loop as loop
-from helpers import TINY_FLAGS, TINY_MODEL, tiny_train_cfg
+from helpers import TINY_FLAGS, TINY_MODEL, snapshot, tiny_train_cfg
 from pygpt.run_files import WEIGHTS
 from pygpt.training import train
 from pygpt.training.step import Diverged, check_finite_weights, train_step
-
-
-def snapshot(folder):
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
 @pytest.fixture

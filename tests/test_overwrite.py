@@ -14,24 +14,10 @@ import torch
 import pygpt
 import pygpt.export
 import pygpt.train
-from helpers import TINY_FLAGS, metrics
+from helpers import TINY_FLAGS, metrics, snapshot, train_cli
 from pygpt.run_files import CONFIG, METRICS, RUNNER_CONFIG, TOKENIZER, WEIGHTS
 
 FLAGS = TINY_FLAGS + ["--threads", "1"]
-
-
-def cli(args):
-    """pygpt.train.main(args): (exit status, the SystemExit message or None)."""
-    try:
-        pygpt.train.main(args)
-    except SystemExit as e:
-        return (e.code if isinstance(e.code, int) else 1), (e.code if isinstance(e.code, str)
-                                                           else None)
-    return 0, None
-
-
-def snapshot(folder):
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
 def weights(folder):
@@ -43,7 +29,7 @@ def weights(folder):
 def run(text_file, tmp_path):
     """A finished tiny run in tmp_path/run (5 steps), with a file of the user's beside it."""
     out = tmp_path / "run"
-    assert cli(FLAGS + ["--data", str(text_file), "--out", str(out)]) == (0, None)
+    assert train_cli(FLAGS + ["--data", str(text_file), "--out", str(out)]) == (0, None)
     (out / "notes.txt").write_text("mine\n")
     return out
 
@@ -79,7 +65,7 @@ def test_overwrite_refuses_a_folder_that_holds_no_pygpt_run(text_file, tmp_path,
     out = tmp_path / "theirs"
     make(out)
     before = snapshot(out)
-    code, message = cli(FLAGS + ["--data", str(text_file), "--out", str(out), "--overwrite"])
+    code, message = train_cli(FLAGS + ["--data", str(text_file), "--out", str(out), "--overwrite"])
     assert code == 1 and message.startswith(f"error: --out {out} holds ") and "\n" not in message
     assert all(name in message for name in named), message
     assert "choose another" in message
@@ -92,7 +78,7 @@ def test_without_overwrite_a_foreign_folder_is_not_offered_overwrite_as_the_way(
     out = tmp_path / "theirs"
     hf_folder(out)
     before = snapshot(out)
-    code, message = cli(FLAGS + ["--data", str(text_file), "--out", str(out)])
+    code, message = train_cli(FLAGS + ["--data", str(text_file), "--out", str(out)])
     assert code == 1 and "already holds a checkpoint" not in message and "--resume" not in message
     assert "not empty" in message and CONFIG in message
     assert snapshot(out) == before
@@ -106,13 +92,13 @@ def test_without_overwrite_a_foreign_folder_is_not_offered_overwrite_as_the_way(
 ])
 def test_a_new_run_that_fails_before_saving_leaves_the_old_run_whole(run, text_file, flags):
     before, old = snapshot(run), weights(run)
-    code, message = cli(FLAGS + ["--data", str(text_file), "--out", str(run), "--overwrite",
+    code, message = train_cli(FLAGS + ["--data", str(text_file), "--out", str(run), "--overwrite",
                                  *flags])
     assert code == 1 and message.startswith("error: ") and "\n" not in message
     assert snapshot(run) == before
     assert all(torch.equal(t, old[name]) for name, t in weights(run).items())
     # ... and it can still be continued where it stopped.
-    assert cli(["--resume", "--out", str(run), "--max-iters", "6", "--quiet"]) == (0, None)
+    assert train_cli(["--resume", "--out", str(run), "--max-iters", "6", "--quiet"]) == (0, None)
     assert [r["step"] for r in metrics(run)] == [5, 6]
 
 
@@ -127,7 +113,7 @@ def test_a_run_stopped_before_its_first_save_leaves_the_old_run_whole(run, text_
 
     monkeypatch.setattr(pygpt.train, "StopRequest", StoppedAtOnce)
     before = snapshot(run)
-    code, _ = cli(FLAGS + ["--data", str(text_file), "--out", str(run), "--overwrite"])
+    code, _ = train_cli(FLAGS + ["--data", str(text_file), "--out", str(run), "--overwrite"])
     assert code == 128 + signal.SIGINT
     assert snapshot(run) == before
     err = capsys.readouterr().err
@@ -138,7 +124,7 @@ def test_a_run_stopped_before_its_first_save_leaves_the_old_run_whole(run, text_
 
 def test_the_first_save_replaces_the_old_run_and_keeps_other_files(run, text_file):
     old = weights(run)
-    assert cli(FLAGS + ["--data", str(text_file), "--out", str(run), "--overwrite", "--seed", "9",
+    assert train_cli(FLAGS + ["--data", str(text_file), "--out", str(run), "--overwrite", "--seed", "9",
                         "--max-iters", "4", "--eval-interval", "2"]) == (0, None)
     assert (run / "notes.txt").read_text() == "mine\n"
     assert [r["step"] for r in metrics(run)] == [2, 4]  # the old run's records are gone
@@ -150,7 +136,7 @@ def test_overwrite_into_an_empty_or_absent_folder(text_file, tmp_path):
     for out in (tmp_path / "empty", tmp_path / "absent"):
         if out.name == "empty":
             out.mkdir()
-        assert cli(FLAGS + ["--data", str(text_file), "--out", str(out), "--overwrite"]) == (0,
+        assert train_cli(FLAGS + ["--data", str(text_file), "--out", str(out), "--overwrite"]) == (0,
                                                                                             None)
         assert (out / WEIGHTS).is_file()
 

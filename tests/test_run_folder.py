@@ -15,32 +15,18 @@ import pytest
 
 import pygpt.train
 import pygpt.training.run_folder as run_folder
-from helpers import TINY_FLAGS, metrics
+from helpers import TINY_FLAGS, metrics, snapshot, train_cli
 from pygpt.run_files import CONFIG, METRICS, WEIGHTS
 from pygpt.training.run_folder import LOCK, RunFolder
 
 FLAGS = TINY_FLAGS + ["--threads", "1"]
 
 
-def cli(args):
-    """pygpt.train.main(args): (exit status, the SystemExit message or None)."""
-    try:
-        pygpt.train.main(args)
-    except SystemExit as e:
-        return (e.code if isinstance(e.code, int) else 1), (e.code if isinstance(e.code, str)
-                                                           else None)
-    return 0, None
-
-
-def snapshot(folder):
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
-
-
 @pytest.fixture
 def run(text_file, tmp_path):
     """A finished tiny run in tmp_path/run (5 steps)."""
     out = tmp_path / "run"
-    assert cli(FLAGS + ["--data", str(text_file), "--out", str(out)]) == (0, None)
+    assert train_cli(FLAGS + ["--data", str(text_file), "--out", str(out)]) == (0, None)
     return out
 
 
@@ -54,7 +40,7 @@ def test_new_run_refuses_a_folder_holding_files(text_file, tmp_path, held):
     for name in held:
         (out / name).write_text(f"someone's {name}\n")
     before = snapshot(out)
-    code, message = cli(FLAGS + ["--data", str(text_file), "--out", str(out)])
+    code, message = train_cli(FLAGS + ["--data", str(text_file), "--out", str(out)])
     assert code == 1 and message.startswith("error: ") and "\n" not in message
     assert "not empty" in message and held[0] in message and "--overwrite" in message
     assert snapshot(out) == before  # untouched, and no lock left behind
@@ -65,7 +51,7 @@ def test_new_run_into_an_empty_or_absent_folder(text_file, tmp_path, capsys):
     empty.mkdir()
     absent = tmp_path / "a" / "b"
     for out in (empty, absent):
-        assert cli(FLAGS + ["--data", str(text_file), "--out", str(out)]) == (0, None)
+        assert train_cli(FLAGS + ["--data", str(text_file), "--out", str(out)]) == (0, None)
         assert (out / WEIGHTS).is_file() and not (out / LOCK).exists()
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.startswith(f"checkpoint of step 5 in {absent}, val loss ")
@@ -74,7 +60,7 @@ def test_new_run_into_an_empty_or_absent_folder(text_file, tmp_path, capsys):
 
 def test_a_second_new_run_into_a_checkpoint_is_refused(run, text_file):
     before = snapshot(run)
-    code, message = cli(FLAGS + ["--data", str(text_file), "--out", str(run)])
+    code, message = train_cli(FLAGS + ["--data", str(text_file), "--out", str(run)])
     assert code == 1 and "already holds a checkpoint" in message and "--resume" in message
     assert snapshot(run) == before
 
@@ -97,7 +83,7 @@ def test_overwrite_checks_everything_before_deleting(run, text_file, tmp_path, b
         data.write_bytes(b"caf\xe9 au lait\n" * 100)
     elif bad == "too-short":
         data.write_text("tiny text\n")
-    code, message = cli(flags)
+    code, message = train_cli(flags)
     assert code == 1 and message.startswith("error: ")
     assert snapshot(run) == before
 
@@ -105,7 +91,7 @@ def test_overwrite_checks_everything_before_deleting(run, text_file, tmp_path, b
 def test_overwrite_replaces_only_run_files(run, text_file):
     (run / "notes.txt").write_text("mine\n")
     weights = (run / WEIGHTS).read_bytes()
-    assert cli(FLAGS + ["--data", str(text_file), "--out", str(run), "--overwrite",
+    assert train_cli(FLAGS + ["--data", str(text_file), "--out", str(run), "--overwrite",
                         "--seed", "9", "--max-iters", "4", "--eval-interval", "4"]) == (0, None)
     assert (run / "notes.txt").read_text() == "mine\n"
     assert (run / WEIGHTS).read_bytes() != weights
@@ -119,7 +105,7 @@ def test_leftovers_of_a_killed_save_do_not_count(text_file, tmp_path):
     (out / ".staging-4242").mkdir(parents=True)
     (out / ".staging-4242" / WEIGHTS).write_bytes(b"half")
     (out / f".{CONFIG}.tmp-4242").write_text("half")
-    assert cli(FLAGS + ["--data", str(text_file), "--out", str(out)]) == (0, None)
+    assert train_cli(FLAGS + ["--data", str(text_file), "--out", str(out)]) == (0, None)
     assert not [p.name for p in out.iterdir() if ".staging-" in p.name or ".tmp-" in p.name]
 
 
@@ -136,10 +122,10 @@ def test_out_naming_a_file_is_refused_before_training(text_file, tmp_path, monke
     out = tmp_path / "file"
     out.write_text("not a folder")
     refuse_training(monkeypatch)
-    code, message = cli(FLAGS + ["--data", str(text_file), "--out", str(out)])
+    code, message = train_cli(FLAGS + ["--data", str(text_file), "--out", str(out)])
     assert code == 1 and "is a file, not a folder" in message
     assert out.read_text() == "not a folder"
-    code, message = cli(FLAGS + ["--data", str(text_file), "--out", str(out / "sub")])
+    code, message = train_cli(FLAGS + ["--data", str(text_file), "--out", str(out / "sub")])
     assert code == 1 and message.startswith("error: ")
 
 
@@ -150,7 +136,7 @@ def test_unwritable_out_is_refused_before_training(text_file, tmp_path, monkeypa
     out.chmod(0o500)
     try:
         if not os.access(out, os.W_OK):  # a user chmod binds (not root)
-            code, message = cli(FLAGS + ["--data", str(text_file), "--out", str(out)])
+            code, message = train_cli(FLAGS + ["--data", str(text_file), "--out", str(out)])
             assert code == 1 and "cannot write into the --out folder" in message
     finally:
         out.chmod(0o700)
@@ -159,7 +145,7 @@ def test_unwritable_out_is_refused_before_training(text_file, tmp_path, monkeypa
         raise PermissionError(13, "Permission denied", str(path))
 
     monkeypatch.setattr(run_folder, "_open_lock_file", denied)  # as the kernel refuses it
-    code, message = cli(FLAGS + ["--data", str(text_file), "--out", str(tmp_path / "new")])
+    code, message = train_cli(FLAGS + ["--data", str(text_file), "--out", str(tmp_path / "new")])
     assert code == 1 and "cannot write into the --out folder" in message
     assert "Permission denied" in message
     assert not (tmp_path / "new").exists()  # the folder it created is removed again
@@ -177,7 +163,7 @@ def test_a_live_run_is_refused_and_a_dead_ones_lock_taken_over(run, capsys):
                               text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        code, message = cli(["--resume", "--out", str(run), "--max-iters", "7", "--quiet"])
+        code, message = train_cli(["--resume", "--out", str(run), "--max-iters", "7", "--quiet"])
         assert code == 1 and f"pid {holder.pid} on host" in message
         assert "in use by another training run" in message
         assert {n: b for n, b in snapshot(run).items() if n != LOCK} == before
@@ -186,7 +172,7 @@ def test_a_live_run_is_refused_and_a_dead_ones_lock_taken_over(run, capsys):
         holder.wait()
     assert json.loads((run / LOCK).read_text())["pid"] == holder.pid  # left behind: stale
     capsys.readouterr()
-    assert cli(["--resume", "--out", str(run), "--max-iters", "7", "--quiet"]) == (0, None)
+    assert train_cli(["--resume", "--out", str(run), "--max-iters", "7", "--quiet"]) == (0, None)
     assert f"left by pid {holder.pid}" in capsys.readouterr().err
     assert json.loads((run / CONFIG).read_text())["step"] == 7
     assert not (run / LOCK).exists()
@@ -196,13 +182,13 @@ def test_the_lock_names_this_process_and_only_rank_0_takes_it(run, monkeypatch, 
     with RunFolder(run):
         owner = json.loads((run / LOCK).read_text())
         assert owner["pid"] == os.getpid()
-        code, message = cli(["--resume", "--out", str(run), "--max-iters", "6", "--quiet"])
+        code, message = train_cli(["--resume", "--out", str(run), "--max-iters", "6", "--quiet"])
         assert code == 1 and f"pid {os.getpid()}" in message
         # Rank 1 of a torchrun job (seen by main alone here: no process group) takes no lock
         # and prints no last line.
         monkeypatch.setenv("RANK", "1")
         capsys.readouterr()
-        assert cli(["--resume", "--out", str(run), "--max-iters", "6", "--quiet"]) == (0, None)
+        assert train_cli(["--resume", "--out", str(run), "--max-iters", "6", "--quiet"]) == (0, None)
         assert "next:" not in capsys.readouterr().out
     assert not (run / LOCK).exists()
 
@@ -212,7 +198,7 @@ def test_the_lock_names_this_process_and_only_rank_0_takes_it(run, monkeypatch, 
 def test_resume_after_a_half_written_metrics_line(run, capsys):
     with open(run / METRICS, "a") as f:
         f.write('{"step": 9, "train_lo')  # killed mid-append
-    assert cli(["--resume", "--out", str(run), "--max-iters", "7", "--quiet"]) == (0, None)
+    assert train_cli(["--resume", "--out", str(run), "--max-iters", "7", "--quiet"]) == (0, None)
     assert [r["step"] for r in metrics(run)] == [5, 7]
     assert "damaged line" in capsys.readouterr().err
 
@@ -220,10 +206,10 @@ def test_resume_after_a_half_written_metrics_line(run, capsys):
 def test_relative_data_is_recorded_absolute(text_file, tmp_path, monkeypatch):
     monkeypatch.chdir(text_file.parent)
     out = tmp_path / "rel"
-    assert cli(FLAGS + ["--data", text_file.name, "--out", str(out)]) == (0, None)
+    assert train_cli(FLAGS + ["--data", text_file.name, "--out", str(out)]) == (0, None)
     assert json.loads((out / CONFIG).read_text())["train"]["data"] == str(text_file)
     monkeypatch.chdir(tmp_path)
-    assert cli(["--resume", "--out", str(out), "--max-iters", "6", "--quiet"]) == (0, None)
+    assert train_cli(["--resume", "--out", str(out), "--max-iters", "6", "--quiet"]) == (0, None)
     # No --data: the shipped text, recorded as None (wherever the package is installed).
     args = pygpt.train.build_parser().parse_args(["--out", str(tmp_path / "x")])
     assert pygpt.train.configs_from_args(args)[1].data is None
@@ -231,7 +217,7 @@ def test_relative_data_is_recorded_absolute(text_file, tmp_path, monkeypatch):
 
 def test_json_ends_with_the_last_metrics(run, capsys):
     capsys.readouterr()
-    assert cli(["--resume", "--out", str(run), "--max-iters", "6", "--quiet", "--json"]) == (0, None)
+    assert train_cli(["--resume", "--out", str(run), "--max-iters", "6", "--quiet", "--json"]) == (0, None)
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == metrics(run)[-1]
 
 
