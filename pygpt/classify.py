@@ -13,6 +13,7 @@ from pygpt.checkpoint import load, load_labels
 from pygpt.config import KERNEL_SETS
 from pygpt.data.labelled import Encoded, Example, counts, macro_f1, read_labelled
 from pygpt.models import BERT
+from pygpt.tokenizer import require_specials
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
 
 
@@ -23,6 +24,8 @@ def load_classifier(ckpt: str, kernels: str = "ext") -> tuple[BERT, object, list
     if not isinstance(model, BERT) or labels is None:
         raise ValueError(f"{ckpt} holds a {model.config.arch} model without a classification "
                          "head; train one with python -m pygpt.train --task classify")
+    if tokenizer.kind == "wordpiece":  # it spells a word it cannot split as [UNK]
+        require_specials(tokenizer.special_tokens, ("[UNK]",), "texts to classify")
     return model, tokenizer, labels
 
 

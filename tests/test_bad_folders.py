@@ -175,3 +175,19 @@ def test_a_pickled_object_in_the_training_state_is_refused_in_one_line(ckpt):
     line = one_error_line("--resume", "--out", str(ckpt), "--max-iters", "8",
                           module="pygpt.train")
     assert "train_state.pt" in line and "weights_only" not in line
+
+
+def test_classify_with_a_wordpiece_without_unk_is_one_line(tmp_path):
+    import pygpt.classify
+
+    folder = bert_folder(tmp_path / "cls", num_labels=2)
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    for token in spec["added_tokens"]:
+        if token["content"] == "[UNK]":
+            token["content"] = "[UNX]"
+    spec["model"]["vocab"]["[UNX]"] = spec["model"]["vocab"].pop("[UNK]")
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    with pytest.raises(SystemExit) as e:
+        pygpt.classify.main(["--ckpt", str(folder), "--text", "zq€ ab"])
+    line = str(e.value.code)
+    assert line.startswith("error: ") and "\n" not in line and "[UNK]" in line
