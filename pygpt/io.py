@@ -24,6 +24,10 @@ recovery trusts no marker (pygpt.commit_marker.read_marker): a damaged one, or o
 anything but plain names of the folder that its change staged, is refused with a ValueError
 before anything is touched, as is a staging folder that is a link.
 
+A save the OS refuses (no space left, a read-only disk, a quota) discards the staging folder
+and raises an OSError naming the folder, with the OS's reason, saying the previous contents are
+intact.
+
 Every file is given the mode a plain open() gives (0666 less the umask), also where the writing
 library creates 0600 files.
 
@@ -180,12 +184,18 @@ class FolderWrite:
         if kind is not None:
             shutil.rmtree(self.staging, ignore_errors=True)
             _check_owner(self.folder)  # a folder removed under the writer: say so instead
+            if isinstance(error, OSError):  # a save the OS refused (module docstring)
+                raise OSError(error.errno, f"cannot save ({error.strerror or error}); its "
+                              "previous contents are intact", str(self.folder)) from None
             return
         _fsync_dir(self.staging)
         _check_owner(self.folder)
         marker = {"written": self.written, "index": self.index, "time_ns": time.time_ns(),
                   "remove": [name for name in self.remove if name not in self.written]}
-        atomic_write_text(self.staging / MARKER, json.dumps(marker))
+        try:
+            atomic_write_text(self.staging / MARKER, json.dumps(marker))
+        except OSError as e:  # not committed: discarded as any failed change
+            return self.__exit__(type(e), e, e.__traceback__)
         _fsync_dir(self.staging)
         _roll_forward(self.folder, self.staging, marker)
 

@@ -183,6 +183,9 @@ def main(argv: Optional[list[str]] = None) -> None:
                            stop=stop, replacing=RUN_FILES if fresh and args.overwrite else ())
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"error: {e}") from None
+    except OSError as e:  # a save or a file the OS refused (no space left, a read-only disk)
+        raise SystemExit(f"error: {e.filename}: {e.strerror}" if e.filename
+                         else f"error: {e.strerror or e}") from None
     except KeyboardInterrupt:  # a second Ctrl-C (or one before training began)
         print("interrupted: the last checkpoint saved (if any) is intact; continue it with "
               "--resume", file=sys.stderr)

@@ -8,6 +8,7 @@ they do not pile up. The tiny-Shakespeare text (public domain) ships inside the 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
 import json
 import os
@@ -125,9 +126,16 @@ class TokenFile:
                     {"chars": n_chars, "tokens": len(tokens), "sha256": _file_hash(folder / name)}))
                 _remove_stale_caches(folder, path.name, content)
                 return cls(tokens, n_chars)
-            except PermissionError:
-                continue
-        raise PermissionError(f"cannot write a token cache beside {path} nor in {USER_CACHE}")
+            except FileNotFoundError:  # the data, removed since it was checked
+                raise
+            except OSError as e:  # read-only, full, over a quota: the next place, or the error
+                with contextlib.suppress(OSError):  # tokens without their metadata
+                    (folder / name).unlink(missing_ok=True)
+                refused = e
+                print(f"note: cannot write a token cache in {folder} ({e.strerror or e})",
+                      file=sys.stderr)
+        raise OSError(refused.errno, f"cannot write a token cache beside {path} nor in "
+                                     f"{USER_CACHE} ({refused.strerror or refused})")
 
 
 def _map_cache(cached: Path, dtype) -> Optional[tuple[np.ndarray, int]]:
