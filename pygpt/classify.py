@@ -24,8 +24,7 @@ def load_classifier(ckpt: str, kernels: str = "ext") -> tuple[BERT, object, list
     if not isinstance(model, BERT) or labels is None:
         raise ValueError(f"{ckpt} holds a {model.config.arch} model without a classification "
                          "head; train one with python -m pygpt.train --task classify")
-    if tokenizer.kind == "wordpiece":  # it spells a word it cannot split as [UNK]
-        require_specials(tokenizer.special_tokens, ("[UNK]",), "texts to classify")
+    require_specials(tokenizer.special_tokens, tokenizer.encoding_needs, "texts to classify")
     return model, tokenizer, labels
 
 

@@ -22,9 +22,8 @@ def fill_mask(model: BERT, tokenizer: Tokenizer, text: str,
     """For each [MASK] in text, in order, the top_k (token, probability) pairs. The text is one
     segment, [CLS] text [SEP]; "[MASK]" written in it is the mask token."""
     specials = tokenizer.special_tokens
-    # A WordPiece spells a word it cannot split as [UNK]; without one, it cannot encode it.
-    unknown = ("[UNK]",) if tokenizer.kind == "wordpiece" else ()
-    require_specials(specials, ("[CLS]", "[SEP]", MASK, *unknown), "fill-mask prompts")
+    require_specials(specials, ("[CLS]", "[SEP]", MASK, *tokenizer.encoding_needs),
+                     "fill-mask prompts")
     ids = [specials["[CLS]"], *tokenizer.encode(text, parse_specials=True), specials["[SEP]"]]
     if len(ids) > model.config.block_size:
         raise ValueError(f"the text is {len(ids)} tokens with [CLS] and [SEP]; the model takes "

@@ -55,6 +55,7 @@ class _Base(SpecialsEncoding):
     """What every kind shares: its special tokens and encoding with or without their names (the
     runner's SpecialsEncoding, one home for both), and saving."""
     kind = ""
+    encoding_needs: tuple[str, ...] = ()  # the special tokens it needs to encode any text
 
     def to_json(self) -> str:
         raise NotImplementedError
@@ -161,6 +162,7 @@ class BPETokenizer(_HFTokenizer):
 
 class WordPieceTokenizer(_HFTokenizer):
     kind, hf_type = "wordpiece", "WordPiece"
+    encoding_needs = ("[UNK]",)  # it spells a word it cannot split as [UNK]
 
     @classmethod
     def train(cls, text: TextOrChunks, vocab_size: int,

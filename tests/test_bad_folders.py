@@ -147,14 +147,19 @@ def test_translate_refuses_text_that_is_not_utf8(tmp_path):
     assert line == "error: --text is not valid UTF-8 (byte 0xff at character 2)"
 
 
-def test_fill_mask_with_a_wordpiece_without_unk_is_one_line(tmp_path):
-    folder = bert_folder(tmp_path / "bert")
+def drop_unk(folder):
+    """Renames the [UNK] of the WordPiece in folder: a tokenizer that cannot encode every word."""
     spec = json.loads((folder / "tokenizer.json").read_text())
     for token in spec["added_tokens"]:
         if token["content"] == "[UNK]":
             token["content"] = "[UNX]"
     spec["model"]["vocab"]["[UNX]"] = spec["model"]["vocab"].pop("[UNK]")
     (folder / "tokenizer.json").write_text(json.dumps(spec))
+
+
+def test_fill_mask_with_a_wordpiece_without_unk_is_one_line(tmp_path):
+    folder = bert_folder(tmp_path / "bert")
+    drop_unk(folder)
     line = one_error_line("--ckpt", str(folder), "--text", "zq€ [MASK]", module="pygpt.fill_mask")
     assert "[UNK]" in line
 
@@ -181,12 +186,7 @@ def test_classify_with_a_wordpiece_without_unk_is_one_line(tmp_path):
     import pygpt.classify
 
     folder = bert_folder(tmp_path / "cls", num_labels=2)
-    spec = json.loads((folder / "tokenizer.json").read_text())
-    for token in spec["added_tokens"]:
-        if token["content"] == "[UNK]":
-            token["content"] = "[UNX]"
-    spec["model"]["vocab"]["[UNX]"] = spec["model"]["vocab"].pop("[UNK]")
-    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    drop_unk(folder)
     with pytest.raises(SystemExit) as e:
         pygpt.classify.main(["--ckpt", str(folder), "--text", "zq€ ab"])
     line = str(e.value.code)
