@@ -12,6 +12,7 @@ import torch
 from pygpt.checkpoint import load, load_labels
 from pygpt.config import KERNEL_SETS
 from pygpt.data.labelled import Encoded, Example, counts, macro_f1, read_labelled
+from pygpt.decoding.finite import require_finite
 from pygpt.models import BERT
 from pygpt.tokenizer import require_specials
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
@@ -31,8 +32,8 @@ def load_classifier(ckpt: str, kernels: str = "ext") -> tuple[BERT, object, list
 @torch.inference_mode()
 def predict(model: BERT, encoded: Encoded, batch_size: int = 64) -> torch.Tensor:
     """The class probabilities (n, num_labels) of every encoded example, in order."""
-    return torch.cat([model(**batch._replace(labels=None)._asdict()).logits.float().softmax(-1)
-                      for batch in encoded.in_order(batch_size)])
+    return torch.cat([require_finite(model(**batch._replace(labels=None)._asdict()).logits)
+                      .float().softmax(-1) for batch in encoded.in_order(batch_size)])
 
 
 def confusion(predicted: torch.Tensor, true: torch.Tensor, num_labels: int) -> torch.Tensor:

@@ -9,6 +9,7 @@ import torch
 
 from pygpt.checkpoint import load
 from pygpt.config import KERNEL_SETS
+from pygpt.decoding.finite import require_finite
 from pygpt.models import BERT
 from pygpt.tokenizer import Tokenizer, require_specials
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
@@ -32,7 +33,7 @@ def fill_mask(model: BERT, tokenizer: Tokenizer, text: str,
     at = (idx[0] == specials[MASK]).nonzero().flatten()
     if len(at) == 0:
         raise ValueError(f"the text has no {MASK} to fill")
-    probs = model.mlm(model.encode(idx))[0, at].float().softmax(dim=-1)
+    probs = require_finite(model.mlm(model.encode(idx))[0, at]).float().softmax(dim=-1)
     best = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     return [[(tokenizer.decode([int(i)]), float(p)) for p, i in zip(row_p, row_i)]
             for row_p, row_i in zip(best.values, best.indices)]

@@ -62,21 +62,33 @@ def main(argv: Optional[list[str]] = None) -> None:
         raise SystemExit(f"error: {e}") from None
     options = dict(sampling=sampling, use_cache=not args.no_cache)
     with exits_cleanly():
-        if len(prompts) > 1:
-            generators = (None if args.seed is None else
-                          [torch.Generator().manual_seed(args.seed) for _ in prompts])
-            write_batch(model, tokenizer, prompts, ids, args.max_new_tokens,
-                        generator=generators, **options)
-            return
-        generator = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
-        sys.stdout.write(prompts[0])
-        tokens = model.stream(torch.tensor([ids[0]], dtype=torch.long), args.max_new_tokens,
-                              generator=generator, **options)
-        for piece in decode_stream(tokenizer, (int(t[0]) for t in tokens)):
-            sys.stdout.write(piece)
+        try:
+            write_text(args, model, tokenizer, prompts, ids, options)
+        except ValueError as e:  # outputs that are not finite numbers: after the text so far
+            sys.stdout.write("\n")
             sys.stdout.flush()
-        sys.stdout.write("\n")
+            raise SystemExit(f"error: {e}") from None
+
+
+def write_text(args: argparse.Namespace, model: Generates, tokenizer, prompts: list[str],
+               ids: list[list[int]], options: dict) -> None:
+    """Prints the prompt and its continuation as it is sampled, or, for several prompts, each
+    one's text when the batch is done."""
+    if len(prompts) > 1:
+        generators = (None if args.seed is None else
+                      [torch.Generator().manual_seed(args.seed) for _ in prompts])
+        write_batch(model, tokenizer, prompts, ids, args.max_new_tokens,
+                    generator=generators, **options)
+        return
+    generator = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+    sys.stdout.write(prompts[0])
+    tokens = model.stream(torch.tensor([ids[0]], dtype=torch.long), args.max_new_tokens,
+                          generator=generator, **options)
+    for piece in decode_stream(tokenizer, (int(t[0]) for t in tokens)):
+        sys.stdout.write(piece)
         sys.stdout.flush()
+    sys.stdout.write("\n")
+    sys.stdout.flush()
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:

@@ -111,26 +111,46 @@ def translator_folder(folder):
     return folder
 
 
-def poison_weights(folder):
-    """Sets one weight of the folder's model to NaN, keeping the file's metadata."""
+def poison_weights(folder, how):
+    """Damages the folder's model, keeping the file's metadata: `nan` sets one weight to NaN;
+    `overflow` sets every layer norm's gain to 3e38, finite but overflowing float32 in the
+    layer after it, so the weights pass the load check and the outputs become infinities."""
     weights = folder / WEIGHTS
     with safe_open(str(weights), framework="pt") as f:
         metadata = f.metadata()
     tensors = load_file(str(weights))
-    name = sorted(n for n, t in tensors.items() if t.is_floating_point())[0]
-    tensors[name].view(-1)[0] = float("nan")
+    if how == "nan":
+        name = sorted(n for n, t in tensors.items() if t.is_floating_point())[0]
+        tensors[name].view(-1)[0] = float("nan")
+    else:
+        gains = [n for n in tensors if "norm" in n and n.endswith(".weight")]
+        assert gains, sorted(tensors)
+        for name in gains:
+            tensors[name].fill_(3e38)
     save_file(tensors, str(weights), metadata=metadata)
 
 
-@pytest.mark.parametrize("module", ["generate", "translate", "fill_mask", "classify"])
-def test_nan_weights_are_one_line_in_every_command(ckpt, tmp_path, module):
+@pytest.mark.parametrize("how", ["nan", "overflow"])
+@pytest.mark.parametrize("module,greedy", [("generate", False), ("generate", True),
+                                           ("translate", False), ("translate", True),
+                                           ("fill_mask", False), ("classify", False)])
+def test_damaged_weights_are_one_line_in_every_command(ckpt, tmp_path, module, how, greedy):
     folder = {"generate": lambda: ckpt, "translate": lambda: translator_folder(tmp_path / "mt"),
               "fill_mask": lambda: bert_folder(tmp_path / "bert"),
               "classify": lambda: bert_folder(tmp_path / "cls", num_labels=2)}[module]()
-    poison_weights(folder)
-    text = {"generate": ["--max-new-tokens", "5"], "translate": ["--text", "abc"],
+    poison_weights(folder, how)
+    text = {"generate": ["--max-new-tokens", "5", "--prompt", "a"], "translate": ["--text", "abc"],
             "fill_mask": ["--text", "to be [MASK]"], "classify": ["--text", "to be"]}[module]
-    line = one_error_line("--ckpt", str(folder), *text, module=f"pygpt.{module}")
+    text += ["--greedy"] if greedy else []
+    if module == "generate" and how == "overflow":  # the prompt is printed before sampling
+        done = subprocess.run([sys.executable, "-m", "pygpt.generate", "--ckpt", str(folder),
+                               *text], capture_output=True, timeout=300)
+        err = done.stderr.decode()
+        assert done.returncode == 1 and done.stdout == b"a\n", (done.stdout, err)
+        assert err.count("\n") == 1 and err.startswith("error: "), err
+        line = err.strip()
+    else:
+        line = one_error_line("--ckpt", str(folder), *text, module=f"pygpt.{module}")
     assert "NaN or infinity" in line
 
 

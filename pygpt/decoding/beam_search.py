@@ -18,6 +18,7 @@ from typing import Any, Optional, Protocol, Sequence
 
 import torch
 
+from pygpt.decoding.finite import require_finite
 from pygpt_runtime.onnx_search import Search, decode_beams, decode_greedy, limits
 
 
@@ -47,7 +48,7 @@ class _Rows:
     def log_probs(self, last: list[int], banned: Sequence[int]) -> torch.Tensor:
         ids = torch.tensor(last, dtype=torch.int64, device=self.device)[:, None]
         logits = self.model.decode(ids, self.memory, self.lengths, self.cache)[:, -1]
-        logp = torch.log_softmax(logits.float(), dim=-1)
+        logp = torch.log_softmax(require_finite(logits).float(), dim=-1)
         logp[:, list(banned)] = float("-inf")
         return logp
 

@@ -30,6 +30,8 @@ from typing import Any, Iterator, Optional, Protocol, Sequence, Union
 
 import torch
 
+from pygpt.decoding.finite import require_finite
+
 
 class Decoder(Protocol):
     """What the generation loop needs of a model."""
@@ -67,7 +69,9 @@ def next_token(logits: torch.Tensor, sampling: Sampling,
                generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """logits (B, V) -> token ids (B,). The scaled logits are (logits - max) / temperature in
     float64, so every positive temperature works: the likeliest token stays at 0 and the others
-    go to -inf as the temperature goes to 0, where sampling becomes greedy (ties drawn evenly)."""
+    go to -inf as the temperature goes to 0, where sampling becomes greedy (ties drawn evenly).
+    Logits that are not all finite are a ValueError (pygpt.decoding.finite)."""
+    require_finite(logits)
     if sampling.greedy:
         return logits.argmax(dim=-1)
     logits = logits.double()
