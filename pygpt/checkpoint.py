@@ -22,7 +22,6 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_model
 from torch import nn
 
 from pygpt.compat import upgrade_config, upgrade_model, upgrade_weights
@@ -31,6 +30,7 @@ from pygpt.data.labelled import check_label
 from pygpt.io import FolderWrite, read_committed, recover_folder
 from pygpt.families import build
 from pygpt.run_files import CONFIG, LABELS, TOKENIZER, TRAIN_STATE, WEIGHTS
+from pygpt.serializers import save_weights, torch_save
 from pygpt.tokenizer import Tokenizer, load_tokenizer
 from pygpt.train_state import check_train_state, load_optimizer
 
@@ -65,9 +65,9 @@ def save(out_dir: Union[str, Path], model: nn.Module, tokenizer: Tokenizer,
     with FolderWrite(out_dir, index=CONFIG, remove=[LABELS, TRAIN_STATE, *remove]) as change:
         if labels is not None:
             change.write(LABELS, text(json.dumps(list(labels), ensure_ascii=False)))
-        change.write(WEIGHTS, lambda path: save_model(model, str(path), metadata=metadata))
+        change.write(WEIGHTS, lambda path: save_weights(model, path, metadata))
         if state is not None:
-            change.write(TRAIN_STATE, lambda path: torch.save({**state, "step": step}, path))
+            change.write(TRAIN_STATE, lambda path: torch_save({**state, "step": step}, path))
         change.write(TOKENIZER, text(tokenizer.to_json()))
         change.write(CONFIG, text(json.dumps(config, indent=2)))
 

@@ -2,9 +2,13 @@
 the OS refuses is one `error:` line naming the folder and the OS's reason, exit 1, with the
 folder's previous contents intact and no staging folder left; the GPT token cache that cannot be
 written beside the data goes to the user cache, with a note. The error is injected at the k-th
-file pygpt.io flushes to disk."""
+file pygpt.io flushes to disk, or, where this machine can mount one, by a tmpfs too small."""
 import errno
+import json
 import os
+import shlex
+import subprocess
+import sys
 
 import pytest
 
@@ -112,3 +116,85 @@ def test_no_place_for_the_token_cache_is_one_line_from_train(tmp_path, monkeypat
                               "--quiet"])
     assert status == 1 and line.startswith("error: ") and "\n" not in line, line
     assert "cannot write a token cache" in line and FULL in line
+
+
+def test_a_full_disk_while_appending_metrics_keeps_the_saved_checkpoint(ckpt, monkeypatch):
+    import pygpt.training.metrics_log as metrics_log
+
+    def refusing_open(path, mode="r", **kwargs):
+        if mode == "a":
+            raise OSError(errno.ENOSPC, FULL)
+        return open(path, mode, **kwargs)
+
+    monkeypatch.setattr(metrics_log, "open", refusing_open, raising=False)
+    status, line = train_cli(["--out", str(ckpt), "--resume", "--max-iters", "9", "--quiet"])
+    assert status == 1 and line.startswith("error: ") and "\n" not in line, line
+    assert str(ckpt) in line and FULL in line and "metrics.jsonl" in line, line
+    assert "step 9 is saved and intact" in line, line
+    monkeypatch.undo()
+    assert json.loads((ckpt / "config.json").read_text())["step"] == 9
+    checkpoint.load(ckpt)
+
+
+# --- a real full disk: a small tmpfs in a mount namespace of its own ------------------------------
+
+def small_disk_script(script, size_kib):
+    """The command running the shell `script` with $DISK a fresh tmpfs of size_kib KiB, mounted
+    in a private mount namespace (unprivileged where the kernel allows user namespaces); None
+    where this machine cannot mount one."""
+    probe = ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt 2>/dev/null "
+             "|| mount -t tmpfs -o size=64k tmpfs /tmp"]
+    try:
+        if subprocess.run(probe, capture_output=True, timeout=60).returncode != 0:
+            return None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return ["unshare", "-rm", "sh", "-c",
+            f'DISK=$(mktemp -d) && mount -t tmpfs -o size={size_kib}k tmpfs "$DISK" && {script}']
+
+
+def run_on_a_small_disk(folder, command, room, tmp_path):
+    """Copies folder to a tmpfs with `room` bytes free beyond it, runs `command` (its --out the
+    copy, $RUN) there, and copies the result back: (exit status, stderr lines, the copy after,
+    the copy's path on the tmpfs). Skips where no tmpfs can be mounted."""
+    size_kib = (sum(map(len, snapshot(folder).values())) + room) // 1024 + 8
+    after = tmp_path / "after"
+    run = " ".join('"$RUN"' if arg == "$RUN" else shlex.quote(arg)
+                   for arg in [sys.executable, "-m", *command])
+    script = small_disk_script(
+        f'RUN="$DISK/run" && cp -a "{folder}" "$RUN" && {run}; status=$?; '
+        f'cp -a "$RUN" "{after}"; echo "$RUN" >&2; exit $status', size_kib)
+    if script is None:
+        pytest.skip("this machine cannot mount a tmpfs in a user namespace (unshare -rm)")
+    done = subprocess.run(script, capture_output=True, timeout=600)
+    err = done.stderr.decode().splitlines()
+    return done.returncode, err[:-1], after, err[-1]
+
+
+def test_a_save_on_a_really_full_disk_is_one_line_and_keeps_the_checkpoint(ckpt, tmp_path):
+    """The resumed run's first save needs room for its staged checkpoint, which the tmpfs (half
+    the weights and train state free) does not have."""
+    files = snapshot(ckpt)
+    room = sum(len(files[name]) for name in ("model.safetensors", "train_state.pt")) // 2
+    status, err, after, run = run_on_a_small_disk(
+        ckpt, ["pygpt.train", "--out", "$RUN", "--resume", "--max-iters", "9", "--quiet"],
+        room, tmp_path)
+    assert status == 1 and len(err) == 1, err
+    assert err[0].startswith("error: ") and run in err[0], err
+    assert FULL in err[0] and "intact" in err[0], err
+    assert snapshot(after) == files
+    before_model, _ = checkpoint.load(ckpt)
+    after_model, _ = checkpoint.load(after)
+    state_dicts_equal(before_model.state_dict(), after_model.state_dict())
+
+
+def test_an_export_on_a_really_full_disk_is_one_line_and_keeps_the_export(trained, exported,
+                                                                           tmp_path):
+    files = snapshot(exported)
+    status, err, after, run = run_on_a_small_disk(
+        exported, ["pygpt.export", "--ckpt", str(trained[0]), "--out", "$RUN"],
+        len(files["model.onnx"]) // 2, tmp_path)
+    assert status == 1 and len(err) == 1, err
+    assert err[0].startswith("error: ") and run in err[0], err
+    assert FULL in err[0] and "intact" in err[0], err
+    assert snapshot(after) == files

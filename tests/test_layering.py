@@ -16,8 +16,9 @@ PACKAGE = REPO / "pygpt"
 
 # Lowest first. A module belongs to the first layer with a prefix that names it or its package.
 LAYERS = [
-    ["pygpt._build_info", "pygpt.commit_marker", "pygpt.io", "pygpt.run_files",
-     "pygpt.positions", "pygpt.config", "pygpt.presets", "pygpt.cli", "pygpt.cpu_isa"],
+    ["pygpt._build_info", "pygpt.commit_marker", "pygpt.io", "pygpt.serializers",
+     "pygpt.run_files", "pygpt.positions", "pygpt.config", "pygpt.presets", "pygpt.cli",
+     "pygpt.cpu_isa"],
     ["pygpt.tokenizer", "pygpt.tokenizer_training", "pygpt.data", "pygpt.ops", "pygpt.plot",
      "pygpt.tasks.bleu"],
     ["pygpt.kernels"],

@@ -13,9 +13,15 @@ from pygpt.run_files import METRICS
 
 
 def append_metrics(out: Path, record: dict[str, Any]) -> None:
-    """Appends one record (a line of JSON) to out/metrics.jsonl."""
-    with open(out / METRICS, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+    """Appends one record (a line of JSON) to out/metrics.jsonl, after the checkpoint of its
+    step was saved: an OSError the OS gives (no space left, a read-only disk) says that
+    checkpoint is intact (a resume drops the half-written line, as for a killed run)."""
+    try:
+        with open(out / METRICS, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+    except OSError as e:
+        raise OSError(e.errno, f"cannot append to {METRICS} ({e.strerror or e}); the checkpoint "
+                      f"of step {record['step']} is saved and intact", str(out)) from None
 
 
 def _record_step(line: str) -> Optional[int]:
