@@ -4,6 +4,8 @@ of a huge line only what its encoder's positions can hold (pygpt.decoding.transl
 pygpt_runtime.onnx_translate), and streaming decode of a byte-level BPE that emits bytes that are
 not UTF-8 stays linear and gives its text as it comes (pygpt_runtime.onnx_text.decode_stream)."""
 import random
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -153,3 +155,36 @@ def test_the_runner_cuts_a_huge_line_before_it_is_tokenized():
     runner.translate_ids = lambda sources, search, batch_size: [[] for _ in sources]
     runner.translate([" " + "x" * 1_000_000, "short "], None)
     assert Recording.handed == [CHARS_PER_POSITION * 16, len("short")]
+
+
+# The peak RSS (KiB) of the command in argv, measured in a fresh parent process, which has no
+# other children: a 20 MB line took 2.75 GB in either translator before lines were cut.
+PEAK_RSS = ("import resource, subprocess, sys; "
+            "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def peak_rss_mib(*argv: str) -> float:
+    done = subprocess.run([sys.executable, "-c", PEAK_RSS, sys.executable, "-m", *argv],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout) / 1024
+
+
+def test_a_20_mb_line_is_translated_in_bounded_memory(tmp_path):
+    from mt_helpers import reverser, tokenizer
+    from pygpt import checkpoint
+    import pygpt.export
+
+    ckpt, export = tmp_path / "mt", tmp_path / "onnx"
+    checkpoint.save(ckpt, reverser(steps=0), tokenizer())
+    pygpt.export.main(["--ckpt", str(ckpt), "--out", str(export)])
+    huge, short = tmp_path / "huge.txt", tmp_path / "short.txt"
+    huge.write_text("abc de " * 3_000_000 + "\n", encoding="utf-8")  # 21 MB, one line
+    short.write_text("abc de\n", encoding="utf-8")
+    for command in (["pygpt.translate", "--ckpt", str(ckpt), "--greedy"],
+                    ["pygpt_runtime", "--model", str(export), "--greedy"]):
+        grown = (peak_rss_mib(*command, "--file", str(huge))
+                 - peak_rss_mib(*command, "--file", str(short)))
+        print(command[0], f"{grown:.0f} MiB more for the 21 MB line")
+        assert grown < 200, (command[0], grown)  # the line itself, read and cut
