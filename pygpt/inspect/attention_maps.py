@@ -149,11 +149,14 @@ def _run(model: nn.Module, tokenizer: Tokenizer, texts: Sequence[str],
             raise ValueError(f"{len(given)} targets for {len(texts)} texts")
         greedy = [[]] * len(texts)
         if any(t is None for t in given):
-            greedy = translate(model, src, torch.tensor([len(s) for s in sources], device=device),
-                               bos=bos, eos=eos, search=Search(beam=1), banned=(pad, bos))
+            lengths = torch.tensor([len(s) for s in sources], device=device)
+            greedy = translate(model, src, lengths, bos=bos, eos=eos, search=Search(beam=1),
+                               banned=(pad, bos))
         decoder_inputs = []
         for target, translation in zip(given, greedy):
-            ids = [bos, *(tokenizer.encode(target) if target is not None else translation)]
+            # A translation that ran to the decoder's last position is cut to what it read.
+            ids = [bos, *(tokenizer.encode(target) if target is not None
+                          else translation[:model.max_target_length - 1])]
             if len(ids) > model.max_target_length:
                 raise ValueError(f"the target is {len(ids)} tokens with [BOS]; the model's "
                                  f"decoder takes at most {model.max_target_length}")
