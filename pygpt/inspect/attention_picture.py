@@ -1,8 +1,8 @@
 """Attention drawn: each head's probabilities of one or more layers (pygpt.inspect.attention_maps)
 as heatmaps in one PNG, a panel per head, queries down the rows and keys along the columns, each
 labelled with its token. Keys a query does not see (the causal mask, padding) are grey, so that
-they stand apart from weights near 0. One layer's heads wrap into rows of HEADS_PER_ROW; several
-layers take a row each.
+they stand apart from weights near 0. One layer's heads make a near-square grid; several layers
+take a row each.
 
 Built with matplotlib's object-oriented API on the Agg canvas, never pyplot (as pygpt.plot), and
 written atomically (pygpt.io.atomic_write)."""
@@ -20,7 +20,6 @@ from matplotlib.figure import Figure
 from pygpt.inspect.attention_maps import LayerAttention
 from pygpt.io import atomic_write
 
-HEADS_PER_ROW = 4  # one layer's panels per row
 DPI = 110
 _SHOWN = {" ": "␣", "\n": "\\n", "\t": "\\t", "\r": "\\r"}  # characters a label cannot show
 
@@ -31,7 +30,7 @@ def token_label(token: str) -> str:
 
 
 def _panel_inches(n_tokens: int) -> float:
-    return min(6.0, max(2.4, 0.2 * n_tokens + 1.0))
+    return min(5.5, max(2.4, 0.16 * n_tokens + 1.0))
 
 
 def draw_attention(layers: Sequence[LayerAttention], out_path: Union[str, Path],
@@ -42,7 +41,7 @@ def draw_attention(layers: Sequence[LayerAttention], out_path: Union[str, Path],
         raise ValueError("no layers to draw")
     n_head = layers[0].n_head
     if len(layers) == 1:
-        cols = min(n_head, HEADS_PER_ROW)
+        cols = math.ceil(math.sqrt(n_head))
         rows = math.ceil(n_head / cols)
     else:
         rows, cols = len(layers), n_head
