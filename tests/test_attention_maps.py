@@ -174,3 +174,34 @@ def test_a_bert_needs_its_special_tokens():
     plain = CharTokenizer.from_text(LETTERS + "xyzAB")  # as many tokens, no specials
     with pytest.raises(ValueError, match=r"no \[CLS\], \[SEP\]"):
         attention_maps(model, plain, ["abc"])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("tq,tk", [(5, 5), (2, 6), (6, 3)])
+@pytest.mark.parametrize("bias", [None, "relative", "alibi"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_attention_weights_times_v_is_the_attention(causal, tq, tk, bias, padded):
+    """pygpt.ops.attention.attention_weights against the reference and our kernel, with decode
+    shapes (fewer queries than keys), queries that see no key, padding and both biases."""
+    from pygpt.ops.attention import attention, attention_weights, torch_attention
+
+    B, H = 3, 2
+    q, k, v = (torch.randn(B, H, t, 4, dtype=torch.float64) * 2 for t in (tq, tk, tk))
+    lengths = dict(q_lengths=torch.tensor([tq, 1, max(1, tq - 2)]),
+                   kv_lengths=torch.tensor([tk, 2, tk - 1])) if padded else {}
+    biases = {"relative": dict(rel_bias=torch.randn(H, 5, dtype=torch.float64)),
+              "alibi": dict(alibi_slopes=torch.tensor([0.5, 0.25], dtype=torch.float64)),
+              None: {}}[bias]
+    w = attention_weights(q, k, causal=causal, **lengths, **biases)
+    real_keys = (torch.arange(tk)[None, :] < lengths["kv_lengths"][:, None] if padded
+                 else torch.ones(B, tk, dtype=torch.bool))
+    out = w.probs @ torch.where(real_keys[:, None, :, None], v, 0.0)
+    want = torch_attention(q, k, v, causal=causal, **lengths, **biases)
+    close(out, want, dict(atol=1e-10, rtol=1e-10), "reference")
+    close(out.float(), attention(q.float(), k.float(), v.float(), causal=causal, **lengths,
+                                 **{n: b.float() for n, b in biases.items()}),
+          ATTN_TOL[torch.float32], "kernel")
+    sees_a_key = w.visible.any(-1).expand(B, H, tq).double()  # else a row of zeros
+    close(w.probs.sum(-1), sees_a_key, dict(atol=1e-12, rtol=0), "row sums")
+    assert torch.equal(w.probs[~w.visible.expand_as(w.probs)],
+                       torch.zeros_like(w.probs[~w.visible.expand_as(w.probs)]))
