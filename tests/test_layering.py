@@ -25,6 +25,7 @@ LAYERS = [
     ["pygpt.nn"],
     ["pygpt.decoding"],
     ["pygpt.models"],
+    ["pygpt.inspect"],  # a model's attention taken apart, drawn and explained
     ["pygpt.tasks"],  # what a family trains for
     ["pygpt.onnx.graph"],
     ["pygpt.onnx"],  # each family's graphs
@@ -33,7 +34,7 @@ LAYERS = [
     ["pygpt.training"],
     ["pygpt.export"],
     ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",
-     "pygpt.translate", "pygpt"],  # command lines, and the package's pygpt.load
+     "pygpt.translate", "pygpt.attention", "pygpt"],  # command lines, and the package's pygpt.load
 ]
 MAX_LINES = 300
 

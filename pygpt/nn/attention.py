@@ -71,6 +71,16 @@ class MultiHeadAttention(KernelModule):
             return self._heads(q), self._heads(k), self._heads(v)
         return (self._queries(x), *self._keys_values(x if context is None else context))
 
+    def heads(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
+              cache: Optional[LayerKV] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The queries (from x), keys and values (from context; None: from x) that forward
+        attends with, each (B, H, T, D); with rotary positions, self-attention's queries and
+        keys are rotated, at the positions after the cache's (from 0 without one)."""
+        q, k, v = self._project(x, context)
+        if self.rotary is not None and context is None:
+            q, k = self.rotary(q, k, cache.next_positions if cache is not None else 0)
+        return q, k, v
+
     def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
                 cache: Optional[LayerKV] = None, lengths: Optional[torch.Tensor] = None,
                 context_lengths: Optional[torch.Tensor] = None,
@@ -93,9 +103,7 @@ class MultiHeadAttention(KernelModule):
         if context is not None and cache is not None and cache.length > 0:
             q, k, v = self._queries(x), cache.k, cache.v
         else:
-            q, k, v = self._project(x, context)
-            if self.rotary is not None and context is None:  # at the positions after the cache
-                q, k = self.rotary(q, k, cache.next_positions if cache is not None else 0)
+            q, k, v = self.heads(x, context, cache)
             if cache is not None and context is None:
                 k, v = cache.append(k, v, lengths)
                 kv_lengths = cache.lengths

@@ -1,10 +1,11 @@
 """pygpt.ops.attention: softmax attention with causal masking, right-padded batches and
 position biases computed inside the kernels. Here: the public function, the fake implementations
 of the raw ops (torch.ops.pygpt.attention and attention_backward), the plain-PyTorch reference
-(torch_attention, on SDPA) and the ONNX translation (attention_onnx)."""
+(torch_attention, on SDPA; attention_weights, its weights formed explicitly, to look at) and
+the ONNX translation (attention_onnx)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -73,6 +74,29 @@ def _lengths(lengths: Optional[torch.Tensor], B: int, T: int, device: torch.devi
     return lengths.long() if lengths is not None else torch.full((B,), T, device=device)
 
 
+class VisibleKeys(NamedTuple):
+    """Which keys each query of pygpt.ops.attention sees, and where they are."""
+
+    visible: torch.Tensor  # (B, 1, Tq, Tk) bool: query i sees key j
+    distance: torch.Tensor  # (B, 1, Tq, Tk) int64: j - pos(i), what a position bias reads
+    real_keys: torch.Tensor  # (B, 1, Tk, 1) bool: key j is within its row's kv length
+
+
+def visible_keys(B: int, Tq: int, Tk: int, causal: bool, q_lengths: Optional[torch.Tensor],
+                 kv_lengths: Optional[torch.Tensor], device: torch.device) -> VisibleKeys:
+    """The mask and distances of pygpt.ops.attention's contract: row b's real queries i <
+    q_lengths[b] see its real keys j < kv_lengths[b] (None: all), causal ones only those with
+    j <= pos(i) = i + kv_lengths[b] - q_lengths[b] (bottom-right aligned)."""
+    lq = _lengths(q_lengths, B, Tq, device)[:, None, None, None]
+    lk = _lengths(kv_lengths, B, Tk, device)[:, None, None, None]
+    i = torch.arange(Tq, device=device)[:, None]  # (Tq, 1)
+    j = torch.arange(Tk, device=device)[None, :]  # (1, Tk)
+    visible = (i < lq) & (j < lk)  # (B, 1, Tq, Tk)
+    if causal:
+        visible = visible & (j <= i + lk - lq)
+    return VisibleKeys(visible, j - (i + lk - lq), j.mT < lk)
+
+
 def explicit_position_bias(distance: torch.Tensor, rel_bias: Optional[torch.Tensor],
                            alibi_slopes: Optional[torch.Tensor]) -> torch.Tensor:
     """The explicit (B, H, Tq, Tk) score bias that pygpt.ops.attention computes inside its
@@ -104,24 +128,47 @@ def torch_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
         visible = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(diagonal=Tk - Tq)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)
-    lq = _lengths(q_lengths, B, Tq, q.device)[:, None, None, None]
-    lk = _lengths(kv_lengths, B, Tk, q.device)[:, None, None, None]
-    i = torch.arange(Tq, device=q.device)[:, None]  # (Tq, 1)
-    j = torch.arange(Tk, device=q.device)[None, :]  # (1, Tk)
-    visible = (i < lq) & (j < lk)  # (B, 1, Tq, Tk)
-    if causal:
-        visible = visible & (j <= i + lk - lq)
-    sees_a_key = visible.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1)
-    real_k = j.mT < lk  # (B, 1, Tk, 1)
+    seen = visible_keys(B, Tq, Tk, causal, q_lengths, kv_lengths, q.device)
+    sees_a_key = seen.visible.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1)
     q = torch.where(sees_a_key, q, 0.0)
-    k, v = torch.where(real_k, k, 0.0), torch.where(real_k, v, 0.0)
+    k, v = torch.where(seen.real_keys, k, 0.0), torch.where(seen.real_keys, v, 0.0)
     # A query that sees no key attends (harmlessly) to everything, then gives zeros.
-    mask = visible | ~sees_a_key
+    mask = seen.visible | ~sees_a_key
     if rel_bias is not None or alibi_slopes is not None:
-        bias = explicit_position_bias(j - (i + lk - lq), rel_bias, alibi_slopes)
+        bias = explicit_position_bias(seen.distance, rel_bias, alibi_slopes)
         mask = torch.where(mask, bias, float("-inf")).to(q.dtype)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return torch.where(sees_a_key, out, 0.0)
+
+
+class AttentionWeights(NamedTuple):
+    """torch_attention's weights, formed explicitly (attention_weights)."""
+
+    scores: torch.Tensor  # (B, H, Tq, Tk): scale * q k^T
+    bias: Optional[torch.Tensor]  # (B, H, Tq, Tk): the position bias added to them, or None
+    visible: torch.Tensor  # (B, 1, Tq, Tk) bool: the keys each query sees
+    probs: torch.Tensor  # (B, H, Tq, Tk): the softmax over the visible keys, 0 elsewhere
+
+
+def attention_weights(q: torch.Tensor, k: torch.Tensor, *, causal: bool = True,
+                      scale: Optional[float] = None, q_lengths: Optional[torch.Tensor] = None,
+                      kv_lengths: Optional[torch.Tensor] = None,
+                      rel_bias: Optional[torch.Tensor] = None,
+                      alibi_slopes: Optional[torch.Tensor] = None) -> AttentionWeights:
+    """The attention weights of pygpt.ops.attention for the same arguments (but v), which SDPA
+    and our kernels never form: probs @ v, with the padded keys' values zeroed, is
+    torch_attention's output. A query that sees no key has a row of zeros."""
+    B, Tq, Tk = q.shape[0], q.shape[-2], k.shape[-2]
+    seen = visible_keys(B, Tq, Tk, causal, q_lengths, kv_lengths, q.device)
+    scores = (q @ k.mT) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    bias = None
+    if rel_bias is not None or alibi_slopes is not None:
+        bias = explicit_position_bias(seen.distance, rel_bias, alibi_slopes).to(q.dtype)
+        bias = bias.expand(B, -1, Tq, Tk)
+    sees_a_key = seen.visible.any(dim=-1, keepdim=True)
+    logits = torch.where(seen.visible, scores if bias is None else scores + bias, float("-inf"))
+    probs = torch.where(sees_a_key, torch.where(sees_a_key, logits, 0.0).softmax(dim=-1), 0.0)
+    return AttentionWeights(scores, bias, seen.visible, probs)
 
 
 # --- ONNX translation ------------------------------------------------------------------------
