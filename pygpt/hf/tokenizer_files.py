@@ -28,7 +28,7 @@ HF_TOKENIZER_CONFIG = "tokenizer_config.json"
 GPT2_FILES = ("vocab.json", "merges.txt")
 BERT_VOCAB = "vocab.txt"
 END_OF_TEXT = "<|endoftext|>"
-CHAR_PATTERN = "(?s)."  # the char tokenizer's pre-tokenizer: every character a word
+CHAR_PATTERN = r"[\s\S]"  # the char tokenizer's pre-tokenizer: every character a word
 # The tokenizer_config.json names of BERT's special tokens.
 BERT_SPECIAL_KEYS = {"[PAD]": "pad_token", "[UNK]": "unk_token", "[CLS]": "cls_token",
                      "[SEP]": "sep_token", "[MASK]": "mask_token"}
