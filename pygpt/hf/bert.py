@@ -5,7 +5,7 @@ pygpt's BERT with post-norm blocks, a layer norm after the embeddings, learned a
 positions and segment embeddings is BERT's architecture. Where they differ in storage:
 - BERT's separate query, key and value layers stack by rows into our fused `qkv`;
 - the masked-LM head's decoder bias is `cls.predictions.bias`, its decoder weight the word
-  embedding (tied) unless tie_word_embeddings is false;
+  embedding (tied), unless tie_word_embeddings is false (mlm_maps);
 - `layer_norm_eps` (1e-12 in BERT) is our norm_eps.
 pygpt's BERT always holds a pooler and a masked-LM head. A folder without them (BertModel, as
 sentence-embedding models ship it, possibly without its pooler; BertForMaskedLM, which has no
@@ -56,12 +56,13 @@ def encoder_maps(cfg: ModelConfig, p: str, pooler: bool) -> list[TensorMap]:
 
 
 def mlm_maps(cfg: ModelConfig) -> list[TensorMap]:
+    """The masked-LM head's maps. Tied, the decoder's bias is `cls.predictions.bias`; untied,
+    transformers' decoder has its own weight and bias (and the head's `bias` goes unused)."""
     maps = (linear("mlm.transform", f"{MLM}transform.dense")
-            + linear("mlm.norm", f"{MLM}transform.LayerNorm")
-            + [TensorMap("mlm.decoder.bias", (f"{MLM}bias",))])
-    if not cfg.tie_weights:
-        maps.append(TensorMap("mlm.decoder.weight", (f"{MLM}decoder.weight",)))
-    return maps
+            + linear("mlm.norm", f"{MLM}transform.LayerNorm"))
+    if cfg.tie_weights:
+        return maps + [TensorMap("mlm.decoder.bias", (f"{MLM}bias",))]
+    return maps + linear("mlm.decoder", f"{MLM}decoder")
 
 
 def import_layout(hf: dict[str, Any], names: set[str]) -> Layout:
@@ -110,7 +111,7 @@ def import_layout(hf: dict[str, Any], names: set[str]) -> Layout:
     except ValueError as e:
         raise ValueError(f"config.json: {e}") from None
     pooler = f"{prefix}{POOLER}dense.weight" in names
-    mlm = f"{MLM}bias" in names
+    mlm = f"{MLM}transform.dense.weight" in names
     maps = encoder_maps(cfg, prefix, pooler) + (mlm_maps(cfg) if mlm else [])
     if cfg.nsp:
         maps += linear("nsp", f"{NSP[:-1]}")
@@ -119,7 +120,7 @@ def import_layout(hf: dict[str, Any], names: set[str]) -> Layout:
     fresh = tuple(name for name, present in (("pooler.", pooler), ("mlm.", mlm)) if not present)
     # Buffers older versions saved; the decoder's tied copies of the embedding and the bias.
     ignored = {f"{prefix}embeddings.position_ids", f"{prefix}embeddings.token_type_ids",
-               f"{MLM}decoder.bias", *([f"{MLM}decoder.weight"] if tie else [])}
+               *([f"{MLM}decoder.weight", f"{MLM}decoder.bias"] if tie else [f"{MLM}bias"])}
     return Layout(cfg, maps, ignored, fresh)
 
 
@@ -136,6 +137,13 @@ def label_names(hf: dict[str, Any]) -> list[str]:
                                                            for n in by_id.values()):
         raise ValueError("config.json: id2label must name each id 0 .. num_labels - 1 once")
     return [by_id[i] for i in range(len(by_id))]
+
+
+def export_mlm_maps(cfg: ModelConfig) -> list[TensorMap]:
+    """mlm_maps, and untied the head's unused `bias` too (transformers expects it), written as
+    the decoder's bias: what transformers before 5.0, which tied those two always, holds."""
+    return mlm_maps(cfg) + ([] if cfg.tie_weights else [TensorMap("mlm.decoder.bias",
+                                                                  (f"{MLM}bias",))])
 
 
 def export_config(cfg: ModelConfig, special_tokens: dict[str, int],
@@ -180,8 +188,8 @@ def export_config(cfg: ModelConfig, special_tokens: dict[str, int],
         maps = encoder_maps(cfg, PREFIX, True) + linear("classifier.1", CLASSIFIER[:-1])
     elif cfg.nsp:
         hf["architectures"] = ["BertForPreTraining"]
-        maps = encoder_maps(cfg, PREFIX, True) + mlm_maps(cfg) + linear("nsp", NSP[:-1])
+        maps = encoder_maps(cfg, PREFIX, True) + export_mlm_maps(cfg) + linear("nsp", NSP[:-1])
     else:
         hf["architectures"] = ["BertForMaskedLM"]
-        maps = encoder_maps(cfg, PREFIX, False) + mlm_maps(cfg)
+        maps = encoder_maps(cfg, PREFIX, False) + export_mlm_maps(cfg)
     return hf, maps
