@@ -166,7 +166,7 @@ setup(
     install_requires=[f"torch=={torch_release()}", "numpy", "safetensors", "tqdm",
                       "tokenizers", "onnx", "onnxscript", "onnxruntime", "matplotlib",
                       "sacrebleu>=2.4"],
-    extras_require={"test": ["pytest", "hypothesis"]},
+    extras_require={"test": ["pytest", "hypothesis", "transformers>=5.24"]},
     entry_points={"console_scripts": [
         "pygpt-train=pygpt.train:main", "pygpt-generate=pygpt.generate:main",
         "pygpt-export=pygpt.export:main", "pygpt-classify=pygpt.classify:main",

@@ -81,7 +81,11 @@ class ModelConfig:
     rope_base: float = opt(10000.0, "rotary: the base of the rotation frequencies")
     max_distance: int = opt(32, "relative: distances beyond this share one learned bias")
     mlp: bool = opt(True, "the block's MLP")
-    activation: Literal["gelu", "relu"] = opt("gelu", "the MLP's nonlinearity")
+    activation: Literal["gelu", "gelu_tanh", "relu"] = opt(
+        "gelu", "the MLP's nonlinearity: the exact (erf) GELU, GELU's tanh approximation "
+                "(GPT-2's gelu_new) or ReLU")
+    norm_eps: float = opt(1e-5, "the epsilon of every layer norm of the model (GPT-2's 1e-5, "
+                                "BERT's 1e-12)")
     # Switches that only the `seed` preset turns off, to rebuild the tutorial model exactly.
     attn_proj: bool = opt(True, "W_O after the concatenated heads")
     residual: bool = opt(True, "residual connections around attention and MLP")
@@ -125,6 +129,8 @@ class ModelConfig:
                                               or self.rotary_width % 2):
             raise ValueError(f"rotary_dim must be even and at most the query/key head width "
                              f"{self.qk_head_dim} (0: all of it), got {self.rotary_width}")
+        if not (math.isfinite(self.norm_eps) and self.norm_eps > 0):
+            raise ValueError(f"norm_eps must be a finite number > 0, got {self.norm_eps}")
         if not self.rope_base > 1.0:
             raise ValueError(f"rope_base must be greater than 1, got {self.rope_base}")
         for name in ("type_vocab_size", "num_labels", "n_dec_layer", "qk_dim", "v_dim",

@@ -77,7 +77,7 @@ TINY = ModelConfig(vocab_size=V, block_size=16, n_layer=2, n_head=2, n_embd=32)
 # positions, the score biases (a learned relative bias with distances past max_distance, and
 # ALiBi on 3 heads, not a power of two), no biases / untied head with a bias, and the `seed`
 # preset's shape (no MLP, residual, W_O, block norms; an embedding norm and std-1 embeddings) at
-# a small vocabulary.
+# a small vocabulary; and GPT-2's tanh GELU with a layer norm epsilon other than the default.
 ARCHS = {
     "learned": TINY,
     "sinusoidal": dataclasses.replace(TINY, pos_encoding="sinusoidal"),
@@ -86,6 +86,7 @@ ARCHS = {
     "untied-nobias": dataclasses.replace(TINY, bias=False, tie_weights=False, head_bias=True,
                                          n_layer=1, n_head=4),
     "seed": dataclasses.replace(preset("seed").model, vocab_size=V),
+    "gelu_tanh-eps": dataclasses.replace(TINY, activation="gelu_tanh", norm_eps=1e-3),
 }
 
 

@@ -29,8 +29,10 @@ NONE = dataclasses.replace(PRE, pos_encoding="none")
 RELATIVE = dataclasses.replace(POST, pos_encoding="relative", max_distance=4)
 ALIBI = dataclasses.replace(PRE, pos_encoding="alibi", n_head=4)
 MEAN = dataclasses.replace(POST, pooling="mean")
+# The tanh GELU (blocks and masked-LM head) and a layer norm epsilon other than the default.
+GELU_TANH = dataclasses.replace(POST, activation="gelu_tanh", norm_eps=1e-3)
 CONFIGS = dict(post=POST, pre=PRE, rotary=ROTARY, none=NONE, relative=RELATIVE, alibi=ALIBI,
-               mean_pooling=MEAN)
+               mean_pooling=MEAN, gelu_tanh_eps=GELU_TANH)
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 

@@ -83,6 +83,23 @@ def test_build_picks_the_model_by_arch():
         build(cfg)
 
 
+@pytest.mark.parametrize("arch", ["gpt", "bert", "seq2seq"])
+def test_every_family_takes_norm_eps_and_the_tanh_gelu_everywhere(arch):
+    """Every layer norm of each family (embedding, blocks, final, BERT's head) has the config's
+    norm_eps, and every GELU (the MLPs', BERT's head's) its activation's approximation."""
+    from pygpt.models.bert import MaskedLMHead
+    from pygpt.nn import MLP
+
+    for activation, approximate, eps in [("gelu", "none", 1e-5), ("gelu_tanh", "tanh", 1e-12)]:
+        cfg = ModelConfig(arch=arch, vocab_size=V, block_size=8, n_layer=2, n_head=2, n_embd=16,
+                          embed_norm=True, activation=activation, norm_eps=eps)
+        model = build(cfg)
+        norms = [m for m in model.modules() if isinstance(m, LayerNorm)]
+        gelus = [m for m in model.modules() if isinstance(m, (MLP, MaskedLMHead))]
+        assert len(norms) >= 6 and {m.eps for m in norms} == {eps}, arch
+        assert len(gelus) >= 2 and {m.approximate for m in gelus} == {approximate}, arch
+
+
 # --- (b) ext == torch over 20 training steps --------------------------------------------------
 
 def _train_losses(kernels, cfg, tcfg, steps, data):
@@ -314,6 +331,11 @@ def test_dropout_model_eval_is_deterministic():
     (dict(arch="t5"), "arch"),
     (dict(norm="sandwich"), "norm"),
     (dict(num_labels=-1), "num_labels"),
+    (dict(norm_eps=0.0), "norm_eps"),
+    (dict(norm_eps=-1e-5), "norm_eps"),
+    (dict(norm_eps=float("inf")), "norm_eps"),
+    (dict(norm_eps=float("nan")), "norm_eps"),
+    (dict(activation="gelu_new"), "activation"),
 ])
 def test_bad_model_config_raises(kwargs, word):
     with pytest.raises(ValueError, match=word):

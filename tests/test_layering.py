@@ -32,9 +32,10 @@ LAYERS = [
     ["pygpt.families"],
     ["pygpt.compat", "pygpt.train_state", "pygpt.checkpoint"],
     ["pygpt.training"],
-    ["pygpt.export"],
+    ["pygpt.export", "pygpt.hf"],
     ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",
-     "pygpt.translate", "pygpt.attention", "pygpt"],  # command lines, and the package's pygpt.load
+     "pygpt.translate", "pygpt.attention", "pygpt.convert",
+     "pygpt"],  # command lines, and the package's pygpt.load
 ]
 MAX_LINES = 300
 

@@ -29,6 +29,8 @@ CONFIGS = {
     "alibi, post-norm": dataclasses.replace(BASE, pos_encoding="alibi", norm="post",
                                             final_norm=False),
     "rotary, half of each head": dataclasses.replace(BASE, pos_encoding="rotary", rotary_dim=4),
+    "tanh GELU, layer norm epsilon 1e-3": dataclasses.replace(BASE, activation="gelu_tanh",
+                                                              norm_eps=1e-3),
 }
 TOL = dict(atol=2e-5, rtol=2e-5)  # float32 through several layers
 

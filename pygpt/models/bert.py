@@ -41,14 +41,18 @@ def mean_over_tokens(h: torch.Tensor, lengths: Optional[torch.Tensor]) -> torch.
 
 
 class MaskedLMHead(KernelModule):
-    def __init__(self, dim: int, vocab_size: int):
+    """approximate: its GELU's, as F.gelu's ("none": erf, "tanh")."""
+
+    def __init__(self, dim: int, vocab_size: int, *, approximate: str = "none",
+                 norm_eps: float = 1e-5):
         super().__init__()
         self.transform = nn.Linear(dim, dim)
-        self.norm = LayerNorm(dim)
+        self.approximate = approximate
+        self.norm = LayerNorm(dim, norm_eps)
         self.decoder = nn.Linear(dim, vocab_size)  # its weight is tied to the token embedding
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.norm(F.gelu(self.transform(h))))
+        return self.decoder(self.norm(F.gelu(self.transform(h), approximate=self.approximate)))
 
 
 class BERT(KernelModule):
@@ -57,14 +61,18 @@ class BERT(KernelModule):
         self.config = cfg
         self.embed = Embeddings(cfg.vocab_size, cfg.n_embd, cfg.block_size,
                                 position=cfg.pos_encoding, dropout=cfg.dropout,
-                                norm=cfg.embed_norm, segments=cfg.type_vocab_size)
+                                norm=cfg.embed_norm, segments=cfg.type_vocab_size,
+                                norm_eps=cfg.norm_eps)
         # relative / alibi: one score bias for every layer (else None).
         self.pos_bias = position_bias(cfg.pos_encoding, cfg.n_head, cfg.max_distance)
         self.blocks = nn.ModuleList(transformer_block(cfg, causal=False)
                                     for _ in range(cfg.n_layer))
-        self.final_norm = LayerNorm(cfg.n_embd) if cfg.final_norm else None
+        self.final_norm = LayerNorm(cfg.n_embd, cfg.norm_eps) if cfg.final_norm else None
         self.pooler = nn.Linear(cfg.n_embd, cfg.n_embd)
-        self.mlm = MaskedLMHead(cfg.n_embd, cfg.vocab_size)
+        # The head's GELU is the blocks' tanh one with gelu_tanh, else the exact one (also under
+        # relu, as models saved before the tanh GELU existed expect).
+        self.mlm = MaskedLMHead(cfg.n_embd, cfg.vocab_size, norm_eps=cfg.norm_eps,
+                                approximate="tanh" if cfg.activation == "gelu_tanh" else "none")
         if cfg.tie_weights:
             self.mlm.decoder.weight = self.embed.tok.weight
         self.nsp = nn.Linear(cfg.n_embd, 2) if cfg.nsp else None

@@ -28,10 +28,12 @@ def _mlp(cfg: ModelConfig) -> Optional[MLP]:
 
 def transformer_block(cfg: ModelConfig, *, causal: bool) -> Block:
     return Block(cfg.n_embd, _attention(cfg, causal=causal), _mlp(cfg),
-                 norm=cfg.norm if cfg.block_norm else "none", residual=cfg.residual)
+                 norm=cfg.norm if cfg.block_norm else "none", residual=cfg.residual,
+                 norm_eps=cfg.norm_eps)
 
 
 def decoder_block(cfg: ModelConfig) -> DecoderBlock:
     return DecoderBlock(cfg.n_embd, _attention(cfg, causal=True),
                         _attention(cfg, causal=False, cross=True), _mlp(cfg),
-                        norm=cfg.norm if cfg.block_norm else "none", residual=cfg.residual)
+                        norm=cfg.norm if cfg.block_norm else "none", residual=cfg.residual,
+                        norm_eps=cfg.norm_eps)

@@ -40,12 +40,12 @@ class GPT(KernelModule, Generates):
         self.config = cfg
         self.embed = Embeddings(cfg.vocab_size, cfg.n_embd, cfg.block_size,
                                 position=cfg.pos_encoding, dropout=cfg.dropout,
-                                norm=cfg.embed_norm)
+                                norm=cfg.embed_norm, norm_eps=cfg.norm_eps)
         self.blocks = nn.ModuleList(transformer_block(cfg, causal=True)
                                     for _ in range(cfg.n_layer))
         # relative / alibi: one score bias for every layer (else None).
         self.pos_bias = position_bias(cfg.pos_encoding, cfg.n_head, cfg.max_distance)
-        self.final_norm = LayerNorm(cfg.n_embd) if cfg.final_norm else None
+        self.final_norm = LayerNorm(cfg.n_embd, cfg.norm_eps) if cfg.final_norm else None
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=cfg.head_bias)
         if cfg.tie_weights:
             self.lm_head.weight = self.embed.tok.weight

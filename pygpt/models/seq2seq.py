@@ -61,7 +61,8 @@ class Seq2Seq(KernelModule):
         d = cfg.n_embd
         self.src_embed, self.tgt_embed = (
             Embeddings(cfg.vocab_size, d, cfg.block_size, position=cfg.pos_encoding,
-                       dropout=cfg.dropout, norm=cfg.embed_norm) for _ in range(2))
+                       dropout=cfg.dropout, norm=cfg.embed_norm, norm_eps=cfg.norm_eps)
+            for _ in range(2))
         self.src_embed.tok = self.tgt_embed.tok = ScaledEmbedding(cfg.vocab_size, d)
         self.encoder = nn.ModuleList(transformer_block(cfg, causal=False)
                                      for _ in range(cfg.n_layer))
@@ -70,8 +71,8 @@ class Seq2Seq(KernelModule):
         # the decoder's (cross-attention has none: source and target positions do not align).
         self.enc_bias, self.dec_bias = (position_bias(cfg.pos_encoding, cfg.n_head,
                                                       cfg.max_distance) for _ in range(2))
-        self.encoder_norm = LayerNorm(d) if cfg.final_norm else None
-        self.decoder_norm = LayerNorm(d) if cfg.final_norm else None
+        self.encoder_norm = LayerNorm(d, cfg.norm_eps) if cfg.final_norm else None
+        self.decoder_norm = LayerNorm(d, cfg.norm_eps) if cfg.final_norm else None
         self.out = nn.Linear(d, cfg.vocab_size, bias=cfg.head_bias)
         self._init_weights()
         if cfg.tie_weights:

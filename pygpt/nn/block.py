@@ -23,14 +23,14 @@ Sublayer = Callable[[torch.Tensor], torch.Tensor]
 
 class Block(KernelModule):
     def __init__(self, dim: int, attn: MultiHeadAttention, mlp: Optional[MLP] = None, *,
-                 norm: NormPlacement = "pre", residual: bool = True):
+                 norm: NormPlacement = "pre", residual: bool = True, norm_eps: float = 1e-5):
         super().__init__()
         if norm not in ("pre", "post", "none"):
             raise ValueError(f"norm must be 'pre', 'post' or 'none', got {norm!r}")
         self.norm, self.residual = norm, residual
-        self.attn_norm = LayerNorm(dim) if norm != "none" else None
+        self.attn_norm = LayerNorm(dim, norm_eps) if norm != "none" else None
         self.attn = attn
-        self.mlp_norm = LayerNorm(dim) if norm != "none" and mlp is not None else None
+        self.mlp_norm = LayerNorm(dim, norm_eps) if norm != "none" and mlp is not None else None
         self.mlp = mlp
 
     def _sublayers(self, x: torch.Tensor, sublayers: list[tuple[Optional[LayerNorm], Sublayer]]

@@ -56,12 +56,12 @@ class DecoderBlock(Block):
 
     def __init__(self, dim: int, self_attn: MultiHeadAttention, cross_attn: MultiHeadAttention,
                  mlp: Optional[MLP] = None, *, norm: NormPlacement = "pre",
-                 residual: bool = True):
+                 residual: bool = True, norm_eps: float = 1e-5):
         if self_attn.causal is not True or cross_attn.causal is not False:
             raise ValueError("a decoder block needs causal self-attention and non-causal "
                              "cross-attention")
-        super().__init__(dim, self_attn, mlp, norm=norm, residual=residual)
-        self.cross_norm = LayerNorm(dim) if norm != "none" else None
+        super().__init__(dim, self_attn, mlp, norm=norm, residual=residual, norm_eps=norm_eps)
+        self.cross_norm = LayerNorm(dim, norm_eps) if norm != "none" else None
         self.cross = cross_attn
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor,

@@ -19,7 +19,7 @@ from pygpt.positions import encoding
 class Embeddings(KernelModule):
     def __init__(self, vocab_size: int, dim: int, max_positions: int, *,
                  position: str = "learned", dropout: float = 0.0, norm: bool = False,
-                 segments: int = 0):
+                 segments: int = 0, norm_eps: float = 1e-5):
         super().__init__()
         self.max_positions = max_positions
         self.tok = nn.Embedding(vocab_size, dim)
@@ -27,7 +27,7 @@ class Embeddings(KernelModule):
         self.pos = None if added is None else position_encoding(added, max_positions, dim)
         self.seg = nn.Embedding(segments, dim) if segments else None
         self.drop = nn.Dropout(dropout)
-        self.norm = LayerNorm(dim) if norm else None
+        self.norm = LayerNorm(dim, norm_eps) if norm else None
 
     def forward(self, idx: torch.Tensor, start: Positions = 0,
                 segment_ids: Optional[torch.Tensor] = None) -> torch.Tensor:

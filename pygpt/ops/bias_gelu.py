@@ -38,19 +38,19 @@ def _bias_gelu_backward_fake(grad_y, x, bias, bias_grad):
     return x.new_empty(x.shape), x.new_empty((x.shape[-1] if bias_grad else 0,))
 
 
-def ext_linear_gelu(x: torch.Tensor, weight: torch.Tensor,
-                    bias: Optional[torch.Tensor]) -> torch.Tensor:
+def ext_linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                    approximate: str = "none") -> torch.Tensor:
     """gelu(x W^T + b) with the bias and the GELU in one kernel (pygpt.ops.bias_gelu) after a
-    bias-free matmul."""
-    if bias is None:
-        return F.gelu(F.linear(x, weight))
+    bias-free matmul; approximate as F.gelu's ("none": erf, "tanh")."""
+    if bias is None or approximate == "tanh":  # TODO(step 2): the kernel's tanh GELU
+        return F.gelu(F.linear(x, weight, bias), approximate=approximate)
     return bias_gelu(F.linear(x, weight), bias)
 
 
-def torch_linear_gelu(x: torch.Tensor, weight: torch.Tensor,
-                      bias: Optional[torch.Tensor]) -> torch.Tensor:
+def torch_linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                      approximate: str = "none") -> torch.Tensor:
     """gelu(x W^T + b) as PyTorch writes it: the bias added inside the matmul (addmm)."""
-    return F.gelu(F.linear(x, weight, bias))
+    return F.gelu(F.linear(x, weight, bias), approximate=approximate)
 
 
 def bias_gelu_onnx(x, bias):
