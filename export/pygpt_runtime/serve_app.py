@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Optional
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from pygpt_runtime.cli_checks import utf8_text
 from pygpt_runtime.onnx_bert import OnnxBERT
@@ -23,7 +24,7 @@ from pygpt_runtime.run_onnx import OnnxGPT
 from pygpt_runtime.runner_config import read_config
 from pygpt_runtime.serve_batcher import Batcher
 from pygpt_runtime.serve_completions import router as gpt_router
-from pygpt_runtime.serve_errors import BodyLimit, RequestError, add_handlers
+from pygpt_runtime.serve_errors import DeclaredBodyLimit, RequestError, add_handlers
 from pygpt_runtime.serve_tasks import TaskQueue, bert_router, translator_router
 
 PLAYGROUND = "playground"  # the page's folder in the package
@@ -94,7 +95,9 @@ def create_app(served: Served) -> FastAPI:
     app = FastAPI(title="pygpt", summary=f"serving {served.name} ({served.family})",
                   lifespan=lifespan)
     add_handlers(app)
-    app.add_middleware(BodyLimit, limit=served.limits.max_body_bytes)
+    app.state.max_body_bytes = served.limits.max_body_bytes
+    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=served.limits.max_body_bytes)
+    app.add_middleware(DeclaredBodyLimit, limit=served.limits.max_body_bytes)
     page = resources.files("pygpt_runtime") / PLAYGROUND
 
     @app.get("/health")

@@ -1,7 +1,8 @@
 """The server's GPT decode worker: one thread that decodes every request's rows together, so
 that requests arriving together cost about one graph run per token instead of one each.
 
-Requests wait in a bounded queue (a full one refuses at once: `Busy`, the server's 503). Each
+Requests wait in a bounded queue (a full one refuses at once: `Busy`, the server's 503; the
+rows that the batch has room for at the next step do not count against it). Each
 step the worker admits waiting rows up to its batch size, then runs each group of rows that
 share a window length in one graph call (run_onnx.Rows: the export's graph takes no attention
 mask, so only rows of one length can share a call; rows that started together stay together,
@@ -69,9 +70,10 @@ class Batcher:
     def submit(self, generations: list[Generation]) -> None:
         """Queues every row of one request, or none (Busy when they do not all fit)."""
         with self.lock:
-            if self.closing or len(self.waiting) + len(generations) > self.queue_size:
-                raise Busy(f"{len(self.waiting)} rows wait already (the queue holds "
-                           f"{self.queue_size}); try again later")
+            free = self.max_batch - self.active  # rows the next step admits
+            if self.closing or len(self.waiting) + len(generations) > self.queue_size + free:
+                raise Busy(f"{self.active} rows decode and {len(self.waiting)} wait already "
+                           f"(the queue holds {self.queue_size}); try again later")
             for g in generations:
                 g.text = TextStream(self.model.tokenizer)
             self.waiting.extend(generations)
@@ -97,6 +99,7 @@ class Batcher:
                 return None
             room = self.max_batch - sum(len(gens) for _, gens in groups)
             admitted = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
+            self.active = self.max_batch - room + len(admitted)
         block = self.model.config["block_size"]
         by_length: dict[int, list[Generation]] = {}
         for g in admitted:

@@ -1,7 +1,7 @@
 """The server's errors: every refusal is a JSON body in OpenAI's shape, {"error": {"message",
 "type", "param", "code"}}, with a 4xx status naming the field at fault (a 503 when the queue is
-full, a 500 only for a model whose outputs are not finite), never a traceback. Bodies larger
-than the server's limit are refused before they are read whole (BodyLimit)."""
+full, a 413 for a body past the server's limit, a 500 only for a model whose outputs are not
+finite), never a traceback."""
 from __future__ import annotations
 
 from typing import Optional
@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pygpt_runtime.serve_batcher import Busy
 
@@ -50,7 +50,9 @@ def field_name(loc: tuple) -> str:
 def add_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
-        first = e.errors()[0]
+        # The deepest location: in a union ("a text or a list of texts") the branch that got
+        # furthest, a list's item.
+        first = max(e.errors(), key=lambda error: len(error.get("loc", ())))
         param = field_name(tuple(first.get("loc", ("body",))))
         if first.get("type") == "json_invalid":
             return error_body(400, f"the body is not valid JSON: {first.get('msg')}", "body")
@@ -71,36 +73,26 @@ def add_handlers(app: FastAPI) -> None:
         return error_body(500, str(e))
 
     @app.exception_handler(HTTPException)
-    async def http_error(_: Request, e: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        if e.status_code == 413:  # starlette's RequestBodyLimitMiddleware, counting
+            return too_large(request.app.state.max_body_bytes)
         return error_body(e.status_code, str(e.detail))
 
 
-class BodyLimit:
-    """ASGI middleware: a request body over `limit` bytes is a 413, whether its Content-Length
-    says so or it streams past the limit."""
+def too_large(limit: int) -> JSONResponse:
+    return error_body(413, f"the request body is larger than the server's limit of {limit} "
+                           "bytes", "body")
+
+
+class DeclaredBodyLimit:
+    """ASGI middleware: a 413 before reading a body whose Content-Length passes the limit (a body
+    without one is counted as it comes by starlette's RequestBodyLimitMiddleware, inside)."""
 
     def __init__(self, app: ASGIApp, limit: int):
         self.app, self.limit = app, limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return await self._refuse(scope, receive, send)
-        seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise RequestError(413, "body", self._message())
-            return message
-        await self.app(scope, counted, send)
-
-    def _message(self) -> str:
-        return f"the request body is larger than the server's limit of {self.limit} bytes"
-
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await error_body(413, self._message(), "body")(scope, receive, send)
+        declared = dict(scope.get("headers", ())).get(b"content-length", b"0")
+        if scope["type"] == "http" and (not declared.isdigit() or int(declared) > self.limit):
+            return await too_large(self.limit)(scope, receive, send)
+        await self.app(scope, receive, send)
