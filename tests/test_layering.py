@@ -32,7 +32,7 @@ LAYERS = [
     ["pygpt.training"],
     ["pygpt.export"],
     ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",
-     "pygpt.translate", "pygpt"],  # command lines, and the package's pygpt.load
+     "pygpt.translate", "pygpt.serve", "pygpt"],  # command lines, and the package's pygpt.load
 ]
 MAX_LINES = 300
 
