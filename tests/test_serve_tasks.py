@@ -85,7 +85,8 @@ def test_translate_equals_the_runner(translator, tmp_path, beam, penalty):
                                               "--beam", beam).rstrip("\n")]
         for body, field in [({"text": "abc", "beam": 0}, "beam"),
                             ({"text": "abc", "beam": 7}, "beam"),  # 2 * 7 tokens: more than the vocabulary
-                            ({"text": "abc", "length_penalty": float("nan")}, "length_penalty"),
+                            ({"text": "abc", "length_penalty": float("nan")},
+                             "length_penalty"),
                             ({"text": ["a"] * 5}, "text"), ({"text": "xyz"}, "text")]:
             answer = s.client.post("/v1/translate", content=json.dumps(body),
                                    headers={"Content-Type": "application/json"})

@@ -134,11 +134,12 @@ def router(served) -> APIRouter:
         if body.model is not None and body.model != served.name:
             raise RequestError(404, "model", f"no model {body.model!r} here; this server "
                                              f"serves {served.name!r}")
-        if body.max_tokens > served.limits.max_tokens:
+        limits = served.limits
+        if body.max_tokens > limits.max_tokens:
             raise RequestError(400, "max_tokens", f"max_tokens must be at most "
-                                                  f"{served.limits.max_tokens}, got {body.max_tokens}")
-        if len(body.prompts()) > served.limits.max_batch:
-            raise RequestError(400, "prompt", f"at most {served.limits.max_batch} prompts a request, "
+                                                  f"{limits.max_tokens}, got {body.max_tokens}")
+        if len(body.prompts()) > limits.max_batch:
+            raise RequestError(400, "prompt", f"at most {limits.max_batch} prompts a request, "
                                               f"got {len(body.prompts())}")
         rows = [served.encode(text, "prompt" if isinstance(body.prompt, str) else f"prompt[{n}]")
                 for n, text in enumerate(body.prompts())]

@@ -78,8 +78,8 @@ def translator_router(served) -> APIRouter:
     async def translate(body: TranslateRequest) -> dict:
         texts = [body.text] if isinstance(body.text, str) else body.text
         if len(texts) > served.limits.max_batch:
-            raise RequestError(400, "text", f"at most {served.limits.max_batch} sentences a request, "
-                                            f"got {len(texts)}")
+            raise RequestError(400, "text", f"at most {served.limits.max_batch} sentences a "
+                                            f"request, got {len(texts)}")
         for n, text in enumerate(texts):
             served.encode(text, "text" if isinstance(body.text, str) else f"text[{n}]")
         search = Search(beam=body.beam, length_penalty=body.length_penalty,
