@@ -7,8 +7,9 @@ release (install_requires torch==<its public version>), and pygpt/_build_info.py
 version, which `import pygpt` checks against the running torch.
 
 Besides pygpt, the build installs pygpt_runtime (export/pygpt_runtime, the torch-free ONNX
-runner that pygpt's own code imports) and the console commands pygpt-train, pygpt-generate,
-pygpt-export, pygpt-classify, pygpt-fill-mask, pygpt-translate and pygpt-run.
+runner that pygpt's own code imports, with the server's playground page) and the console
+commands pygpt-train, pygpt-generate, pygpt-export, pygpt-classify, pygpt-fill-mask,
+pygpt-translate, pygpt-run and pygpt-serve (whose FastAPI and uvicorn the "serve" extra adds).
 
 The CPU kernels (csrc/cpu) are compiled once per instruction set, on x86-64 for the baseline,
 AVX2 + FMA (x86-64-v3) and AVX-512 (x86-64-v4), and the first kernel call picks the best one the
@@ -46,6 +47,7 @@ except ImportError:
     sys.exit(INSTALL_HINT)
 
 
+SERVE = ["fastapi>=0.110", "uvicorn>=0.29"]  # pygpt-serve's (export/pyproject.toml's "serve")
 BUILD_INFO = "_build_info.py"  # written beside pygpt/_C, read by pygpt/__init__.py
 
 
@@ -160,18 +162,23 @@ setup(
     description="A small GPT trained and served on its own C++ kernels",
     packages=find_packages(include=["pygpt", "pygpt.*"]) + ["pygpt_runtime"],
     package_dir={"pygpt_runtime": "export/pygpt_runtime"},
-    package_data={"pygpt": ["corpus/tinyshakespeare.txt"]},
+    package_data={"pygpt": ["corpus/tinyshakespeare.txt"], "pygpt_runtime": ["playground/*"]},
     python_requires=">=3.9",
     # Exactly the torch release the extension is compiled against (import pygpt refuses another).
     install_requires=[f"torch=={torch_release()}", "numpy", "safetensors", "tqdm",
                       "tokenizers", "onnx", "onnxscript", "onnxruntime", "matplotlib",
                       "sacrebleu>=2.4"],
-    extras_require={"test": ["pytest", "hypothesis", "transformers>=5.24"]},
+    extras_require={
+        "serve": SERVE,
+        # the server's tests: an HTTP client, OpenAI's client, a browser driver (Debian's
+        # chromium and chromium-driver drive it; .ci/run installs them)
+        "test": ["pytest", "hypothesis", *SERVE, "httpx>=0.28", "openai>=1.0",
+                 "selenium>=4.20", "transformers>=5.24"]},
     entry_points={"console_scripts": [
         "pygpt-train=pygpt.train:main", "pygpt-generate=pygpt.generate:main",
         "pygpt-export=pygpt.export:main", "pygpt-classify=pygpt.classify:main",
         "pygpt-fill-mask=pygpt.fill_mask:main", "pygpt-translate=pygpt.translate:main",
-        "pygpt-run=pygpt_runtime.command:main"]},
+        "pygpt-run=pygpt_runtime.command:main", "pygpt-serve=pygpt_runtime.serve_command:main"]},
     ext_modules=[kernel_extension()],
     cmdclass={"build_ext": BuildWithCpuIsas},
     options={"bdist_wheel": {"py_limited_api": "cp39"}},

@@ -188,13 +188,13 @@ import sys  # noqa: E402
 RUNNER_COMMAND = [sys.executable, "-m", "pygpt_runtime"]
 
 
-def torch_free_env(tmp_path):
-    """The environment of a subprocess in which `import torch` and `import pygpt` fail (modules
-    that raise, first on PYTHONPATH; the rest of PYTHONPATH stays), to prove the runner needs
-    neither."""
+def torch_free_env(tmp_path, blocked=("torch", "pygpt")):
+    """The environment of a subprocess in which `import torch` and `import pygpt` (the modules
+    blocked) fail (modules that raise, first on PYTHONPATH; the rest of PYTHONPATH stays), to
+    prove the runner needs neither."""
     blocker = Path(tmp_path) / "blocked"
     blocker.mkdir()
-    for name in ("torch", "pygpt"):
+    for name in blocked:
         (blocker / f"{name}.py").write_text(f"raise ImportError('{name} is not allowed here')\n")
     path = os.pathsep.join(p for p in (str(blocker), os.environ.get("PYTHONPATH")) if p)
     return {**os.environ, "PYTHONPATH": path}

@@ -34,7 +34,7 @@ LAYERS = [
     ["pygpt.training"],
     ["pygpt.export", "pygpt.hf"],
     ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",
-     "pygpt.translate", "pygpt.attention", "pygpt.convert",
+     "pygpt.translate", "pygpt.attention", "pygpt.convert", "pygpt.serve",
      "pygpt"],  # command lines, and the package's pygpt.load
 ]
 MAX_LINES = 300

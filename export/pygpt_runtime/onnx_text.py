@@ -220,34 +220,55 @@ def byte_level_bytes(tok) -> Optional[Callable[[int], bytes]]:
     return token_bytes
 
 
+class TextStream:
+    """The text of token ids given one at a time (`add`), piece by piece as it becomes whole, in
+    time linear in the ids; the pieces, with `finish`'s, join to decode(all the ids). A
+    byte-level BPE's bytes are read as UTF-8 as they come: only the bytes of a character not
+    complete yet (at most 3) are held back, bytes that cannot begin or continue a character give
+    a U+FFFD at once, and a stream ending inside a character gives it as a U+FFFD. Any other
+    tokenizer's new id is decoded after the ids of the piece given last, and the piece is what
+    that adds to their text: a wordpiece token's leading space or "##" depends on the token
+    before it."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.utf8 = (codecs.getincrementaldecoder("utf-8")("replace")
+                     if tokenizer.token_bytes is not None else None)
+        self.window: list[int] = []  # the ids of the piece given last, then those not given yet
+        self.given, self.prefix = 0, ""  # how many of window were given; their text
+
+    def _new_part(self, text: str) -> str:
+        if text.startswith(self.prefix):
+            return text[len(self.prefix):]
+        return self.tokenizer.decode(self.window[self.given:])
+
+    def add(self, i: int) -> str:
+        """The text that id i completes ("" while none is whole)."""
+        if self.utf8 is not None:
+            return self.utf8.decode(self.tokenizer.token_bytes(int(i)))
+        self.window.append(int(i))
+        text = self.tokenizer.decode(self.window)
+        if len(text) <= len(self.prefix):
+            return ""
+        piece = self._new_part(text)
+        self.window = self.window[self.given:]
+        self.given, self.prefix = len(self.window), self.tokenizer.decode(self.window)
+        return piece
+
+    def finish(self) -> str:
+        """The text held back at the end of the stream."""
+        if self.utf8 is not None:
+            return self.utf8.decode(b"", final=True)
+        if len(self.window) > self.given:
+            return self._new_part(self.tokenizer.decode(self.window))
+        return ""
+
+
 def decode_stream(tokenizer, ids: Iterable[int]) -> Iterator[str]:
-    """The text of a stream of token ids, piece by piece as it becomes whole, in time linear in
-    the ids; the pieces join to decode(all the ids). A byte-level BPE's bytes are read as UTF-8
-    as they come: only the bytes of a character not complete yet (at most 3) are held back,
-    bytes that cannot begin or continue a character give a U+FFFD at once, and a stream ending
-    inside a character gives it as a U+FFFD. Any other tokenizer's new id is decoded after the
-    ids of the piece given last, and the piece is what that adds to their text: a wordpiece
-    token's leading space or "##" depends on the token before it."""
-    if tokenizer.token_bytes is not None:
-        utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-        for i in ids:
-            if text := utf8.decode(tokenizer.token_bytes(int(i))):
-                yield text
-        if rest := utf8.decode(b"", final=True):
-            yield rest
-        return
-    window: list[int] = []  # the ids of the piece given last, then those not given yet
-    given, prefix = 0, ""  # how many of window were given; their text
-
-    def new_part(text: str) -> str:
-        return text[len(prefix):] if text.startswith(prefix) else tokenizer.decode(window[given:])
-
+    """The text of a stream of token ids, piece by piece as it becomes whole (TextStream)."""
+    text = TextStream(tokenizer)
     for i in ids:
-        window.append(int(i))
-        text = tokenizer.decode(window)
-        if len(text) > len(prefix):
-            yield new_part(text)
-            window = window[given:]
-            given, prefix = len(window), tokenizer.decode(window)
-    if len(window) > given and (rest := new_part(tokenizer.decode(window))):
+        if piece := text.add(i):
+            yield piece
+    if rest := text.finish():
         yield rest

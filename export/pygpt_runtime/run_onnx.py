@@ -78,22 +78,58 @@ def next_token(logits: np.ndarray, greedy: bool = False, temperature: float = 1.
     return np.array([rng.choice(len(row), p=row) for row in probs])
 
 
-def stream(model: OnnxGPT, ids: np.ndarray, max_new_tokens: int, **sampling) -> Iterator[np.ndarray]:
-    """Yields max_new_tokens new tokens (batch,) continuing ids (batch, T); the window slides
-    past the context length as pygpt.decoding.sampling does. Only the window is held (at most the
-    context + 1 tokens), so each token costs the same however long the stream runs."""
-    block, keep = model.config["block_size"], model.config["window_keep"]
-    window = ids[:, -block:]
-    past = None
-    for _ in range(max_new_tokens):
-        if window.shape[1] > block:
-            window, past = window[:, -keep:], None
-        if past is None:
-            logits, past = model.step(window, model.empty_past(window.shape[0]))
+class Rows:
+    """Rows decoding together: the tokens the next prediction sees (batch, L), one length for
+    all, and the KV cache of all but the newest (None: not run yet). Each step slides the window
+    past the context length as pygpt.decoding.sampling does: only the window is held (at most the
+    context + 1 tokens), so each token costs the same however long decoding runs. Rows of one
+    window length run in one graph call whatever their history (the server batches so), and
+    each row's logits are those it would get alone."""
+
+    def __init__(self, window: np.ndarray, past: Optional[list[np.ndarray]] = None):
+        self.window, self.past = window, past
+
+    def __len__(self) -> int:
+        return self.window.shape[0]
+
+    @property
+    def length(self) -> int:
+        return self.window.shape[1]
+
+    def logits(self, model: OnnxGPT) -> np.ndarray:
+        """The next-token logits (batch, vocab) of every row; runs the model once."""
+        if self.length > model.config["block_size"]:
+            self.window, self.past = self.window[:, -model.config["window_keep"]:], None
+        if self.past is None:
+            logits, self.past = model.step(self.window, model.empty_past(len(self)))
         else:
-            logits, past = model.step(window[:, -1:], past)
-        nxt = next_token(logits[:, -1], **sampling)
-        window = np.concatenate([window, nxt[:, None]], axis=1)
+            logits, self.past = model.step(self.window[:, -1:], self.past)
+        return logits[:, -1]
+
+    def append(self, tokens: np.ndarray) -> None:
+        """Adds each row's chosen token (batch,) after logits."""
+        self.window = np.concatenate([self.window, tokens[:, None]], axis=1)
+
+    def take(self, rows: list[int]) -> "Rows":
+        """These rows alone, in this order."""
+        index = np.array(rows, dtype=np.int64)
+        past = None if self.past is None else [t[index] for t in self.past]
+        return Rows(self.window[index], past)
+
+    def join(self, other: "Rows") -> "Rows":
+        """self's rows then other's, of the same window length, both run already."""
+        if self.length != other.length or self.past is None or other.past is None:
+            raise ValueError("only rows of one window length, run already, join")
+        return Rows(np.concatenate([self.window, other.window]),
+                    [np.concatenate(pair) for pair in zip(self.past, other.past)])
+
+
+def stream(model: OnnxGPT, ids: np.ndarray, max_new_tokens: int, **sampling) -> Iterator[np.ndarray]:
+    """Yields max_new_tokens new tokens (batch,) continuing ids (batch, T) (see Rows)."""
+    rows = Rows(ids[:, -model.config["block_size"]:])
+    for _ in range(max_new_tokens):
+        nxt = next_token(rows.logits(model), **sampling)
+        rows.append(nxt)
         yield nxt
 
 

@@ -1,0 +1,150 @@
+"""The server's GPT decode worker: one thread that decodes every request's rows together, so
+that requests arriving together cost about one graph run per token instead of one each.
+
+Requests wait in a bounded queue (a full one refuses at once: `Busy`, the server's 503; the
+rows that the batch has room for at the next step do not count against it). Each
+step the worker admits waiting rows up to its batch size, then runs each group of rows that
+share a window length in one graph call (run_onnx.Rows: the export's graph takes no attention
+mask, so only rows of one length can share a call; rows that started together stay together,
+and groups that come to the same length merge). Every row draws its token with its own
+generator by run_onnx.next_token, so a row gives the tokens `pygpt-run` gives for its prompt
+and seed alone. A row ends after its max_tokens, or as soon as its consumer stops it (a stop
+sequence met, a client gone), which frees its place at the next step. Memory is bounded: at
+most batch-size rows, each holding its window and cache only.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from pygpt_runtime.onnx_text import TextStream
+from pygpt_runtime.run_onnx import OnnxGPT, Rows, next_token
+
+
+class Busy(Exception):
+    """The queue is full: the request is refused, not queued."""
+
+
+@dataclass
+class Generation:
+    """One prompt's row: what to decode, and `send`, called from the worker thread with
+    ("token", text piece) per token, then ("end", the text held back) or ("error", message)."""
+    ids: list[int]
+    max_tokens: int
+    sampling: dict  # run_onnx.next_token's greedy, temperature, top_k, top_p
+    rng: np.random.Generator
+    send: Callable[[str, str], None]
+    stopped: bool = False  # set by the consumer: no more tokens wanted
+    made: int = 0
+    text: Optional[TextStream] = field(default=None, repr=False)
+
+    def take(self, token: int) -> bool:
+        """Sends the token's text; whether the row goes on."""
+        self.made += 1
+        self.send("token", self.text.add(token))
+        if self.made >= self.max_tokens:
+            self.send("end", self.text.finish())
+            return False
+        return True
+
+
+Group = tuple[Rows, list[Generation]]
+
+
+class Batcher:
+    """The decode worker over one model; `submit` from any thread, `close` to stop."""
+
+    def __init__(self, model: OnnxGPT, queue_size: int, max_batch: int):
+        self.model, self.queue_size, self.max_batch = model, queue_size, max_batch
+        self.waiting: deque[Generation] = deque()
+        self.active = 0  # rows being decoded
+        self.closing = False
+        self.lock = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name="pygpt-decode", daemon=True)
+        self.thread.start()
+
+    def submit(self, generations: list[Generation]) -> None:
+        """Queues every row of one request, or none (Busy when they do not all fit)."""
+        with self.lock:
+            free = self.max_batch - self.active  # rows the next step admits
+            if self.closing or len(self.waiting) + len(generations) > self.queue_size + free:
+                raise Busy(f"{self.active} rows decode and {len(self.waiting)} wait already "
+                           f"(the queue holds {self.queue_size}); try again later")
+            for g in generations:
+                g.text = TextStream(self.model.tokenizer)
+            self.waiting.extend(generations)
+            self.lock.notify()
+
+    def close(self) -> None:
+        """Stops the worker after its step; rows not finished end with an error."""
+        with self.lock:
+            self.closing = True
+            self.lock.notify()
+        self.thread.join()
+
+    def _admit(self, groups: list[Group]) -> Optional[list[Group]]:
+        """The groups with the waiting rows that fit added (new rows grouped by length); None
+        when closing. Waits while there is nothing to do."""
+        with self.lock:
+            while not self.waiting and not groups and not self.closing:
+                self.lock.wait()
+            if self.closing:
+                for g in [*self.waiting, *(g for _, gens in groups for g in gens)]:
+                    g.send("error", "the server is shutting down")
+                self.waiting.clear()
+                return None
+            room = self.max_batch - sum(len(gens) for _, gens in groups)
+            admitted = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
+            self.active = self.max_batch - room + len(admitted)
+        block = self.model.config["block_size"]
+        by_length: dict[int, list[Generation]] = {}
+        for g in admitted:
+            by_length.setdefault(len(g.ids[-block:]), []).append(g)
+        for gens in by_length.values():
+            groups.append((Rows(np.array([g.ids[-block:] for g in gens], dtype=np.int64)), gens))
+        return groups
+
+    def _step(self, rows: Rows, gens: list[Generation]) -> Optional[Group]:
+        """One token for each row of a group; the rows that go on."""
+        try:
+            logits = rows.logits(self.model)
+        except ValueError as e:  # outputs that are not finite numbers
+            for g in gens:
+                g.send("error", str(e))
+            return None
+        tokens = np.array([int(next_token(logits[b:b + 1], rng=g.rng, **g.sampling)[0])
+                           for b, g in enumerate(gens)], dtype=np.int64)
+        rows.append(tokens)
+        return _subset(rows, gens, [b for b, g in enumerate(gens)
+                                    if g.take(int(tokens[b])) and not g.stopped])
+
+    def _run(self) -> None:
+        groups: list[Group] = []
+        while True:
+            groups = [kept for rows, gens in groups if (kept := _subset(
+                rows, gens, [b for b, g in enumerate(gens) if not g.stopped]))]
+            admitted = self._admit(groups)
+            if admitted is None:
+                return
+            stepped = [done for rows, gens in admitted if (done := self._step(rows, gens))]
+            merged: dict[int, Group] = {}
+            for rows, gens in stepped:
+                if rows.length in merged:
+                    joined, before = merged[rows.length]
+                    merged[rows.length] = (joined.join(rows), before + gens)
+                else:
+                    merged[rows.length] = (rows, gens)
+            groups = list(merged.values())
+            with self.lock:
+                self.active = sum(len(gens) for _, gens in groups)
+
+
+def _subset(rows: Rows, gens: list[Generation], keep: list[int]) -> Optional[Group]:
+    """The group of these rows alone (None: no row)."""
+    if not keep:
+        return None
+    return (rows if len(keep) == len(gens) else rows.take(keep)), [gens[b] for b in keep]

@@ -1,0 +1,101 @@
+"""Serve a pygpt ONNX export over HTTP, without torch (also `python -m pygpt.serve`):
+
+    pygpt-serve --model out/onnx/ [--host 127.0.0.1 --port 8000]
+
+then open http://127.0.0.1:8000/ (the playground) or call the API (its schema: /docs):
+
+    curl localhost:8000/v1/completions -H 'Content-Type: application/json' \\
+         -d '{"prompt": "ROMEO:", "max_tokens": 100, "temperature": 0.8, "stream": true}'
+
+A GPT answers POST /v1/completions (OpenAI's API: its `openai` client works unchanged) and GET
+/v1/models; a BERT POST /v1/fill-mask or /v1/classify; a translator POST /v1/translate; every
+export GET /health. Requests that arrive together decode together; a full queue answers 503.
+Ctrl-C or SIGTERM stops the server cleanly: no new connections, open streams finish (up to
+--grace seconds, then they are closed), exit status 130 / 143. Needs the `serve` extra
+(FastAPI, uvicorn): pip install 'pygpt-runtime[serve]'."""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Optional
+
+from pygpt_runtime.cli_checks import HelpFormatter, check_threads
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM arrived (uvicorn has shut down; it raises the signal again after)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.status = 128 + signum
+
+
+def _stop(signum: int, _frame) -> None:
+    raise Stopped(signum)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pygpt-serve", description=__doc__,
+                                formatter_class=HelpFormatter)
+    p.add_argument("--model", required=True, help="the export folder (runner.json, *.onnx)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on")
+    p.add_argument("--int8", action="store_true", help="serve the int8-quantized model")
+    p.add_argument("--threads", type=int, default=None,
+                   help="onnxruntime intra-op threads (default: onnxruntime's choice)")
+    p.add_argument("--queue-size", type=int, default=64,
+                   help="rows (gpt) or requests waiting at most; more are refused with 503")
+    p.add_argument("--max-batch", type=int, default=32,
+                   help="rows decoded together; prompts or sentences one request may hold")
+    p.add_argument("--max-tokens", type=int, default=2048,
+                   help="the largest max_tokens a completion may ask")
+    p.add_argument("--max-text-tokens", type=int, default=4096,
+                   help="the most tokens of a prompt or text")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20,
+                   help="the largest request body (413 beyond)")
+    p.add_argument("--grace", type=float, default=10.0,
+                   help="seconds open streams may take to finish once stopping")
+    p.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level (info: a line per request)")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    args = parser().parse_args(argv)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)
+    try:
+        try:
+            check_threads(args.threads)
+            if not 0 <= args.port <= 65535:
+                raise ValueError(f"--port must be in 0..65535, got {args.port}")
+            if not args.grace >= 0:
+                raise ValueError(f"--grace must be >= 0 seconds, got {args.grace}")
+            try:
+                import uvicorn
+
+                from pygpt_runtime.serve_app import Limits, Served, create_app
+            except ImportError as e:
+                raise ImportError(f"the server needs FastAPI and uvicorn ({e}): pip install "
+                                  "'pygpt-runtime[serve]'") from None
+            served = Served(args.model, Limits(args.queue_size, args.max_batch, args.max_tokens,
+                                               args.max_text_tokens, args.max_body_bytes),
+                            "int8" if args.int8 else "fp32", args.threads)
+        except (ValueError, OSError, ImportError) as e:
+            raise SystemExit(f"error: {e}") from None
+        server = uvicorn.Server(uvicorn.Config(
+            create_app(served), host=args.host, port=args.port, log_level=args.log_level,
+            timeout_graceful_shutdown=args.grace))
+        try:
+            server.run()  # a port it cannot listen on: uvicorn's error line, exit status 1
+        finally:
+            served.close()
+    except Stopped as e:
+        print("pygpt-serve: stopped", file=sys.stderr)
+        raise SystemExit(e.status) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""The server's BERT and translator routes: POST /v1/fill-mask and /v1/classify (a BERT export,
+by its task), POST /v1/translate (a translator). Each request runs whole on one worker thread
+(TaskQueue) with the runner's own calls (onnx_bert.OnnxBERT, onnx_translate.OnnxSeq2Seq), so it
+answers what pygpt-run prints; the requests waiting for it are bounded (a full queue: 503)."""
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from fastapi import APIRouter
+
+from pygpt_runtime.onnx_search import Search
+from pygpt_runtime.serve_batcher import Busy
+from pygpt_runtime.serve_errors import RequestError
+from pygpt_runtime.serve_schemas import ClassifyRequest, FillMaskRequest, TranslateRequest
+
+
+class TaskQueue:
+    """One worker thread; at most queue_size requests wait for it."""
+
+    def __init__(self, queue_size: int):
+        self.queue_size, self.pending = queue_size, 0
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="pygpt-task")
+
+    async def run(self, param: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """fn(*args) on the worker; its ValueError (the request's content) a 400 naming param."""
+        with self.lock:
+            if self.pending > self.queue_size:  # one runs, queue_size wait
+                raise Busy(f"{self.pending - 1} requests wait already (the queue holds "
+                           f"{self.queue_size}); try again later")
+            self.pending += 1
+        try:
+            return await asyncio.wrap_future(self.pool.submit(fn, *args))
+        except ValueError as e:
+            raise RequestError(400, param, str(e)) from None
+        finally:
+            with self.lock:
+                self.pending -= 1
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def bert_router(served) -> APIRouter:
+    """/v1/fill-mask or /v1/classify, by the export's task."""
+    routes, model = APIRouter(), served.model
+
+    if model.task == "fill-mask":
+        @routes.post("/v1/fill-mask")
+        async def fill_mask(body: FillMaskRequest) -> dict:
+            served.encode(body.text, "text", parse_specials=True)
+            fills = await served.tasks.run("text", model.fill_mask, body.text, body.top_k)
+            return {"masks": [[{"token": token, "score": score} for token, score in candidates]
+                              for candidates in fills]}
+    else:
+        @routes.post("/v1/classify")
+        async def classify(body: ClassifyRequest) -> dict:
+            for name, text in (("text", body.text), ("text_pair", body.text_pair)):
+                if text is not None:
+                    served.encode(text, name)
+                    if not text.strip():
+                        raise RequestError(400, name, f"{name} must not be blank")
+            pairs = None if body.text_pair is None else [body.text_pair]
+            probs = (await served.tasks.run("text", model.classify, [body.text], pairs))[0]
+            ranked = sorted(zip(model.labels, probs.tolist()), key=lambda lp: -lp[1])
+            return {"label": ranked[0][0],
+                    "probabilities": [{"label": label, "probability": p} for label, p in ranked]}
+    return routes
+
+
+def translator_router(served) -> APIRouter:
+    routes, model = APIRouter(), served.model
+
+    @routes.post("/v1/translate")
+    async def translate(body: TranslateRequest) -> dict:
+        texts = [body.text] if isinstance(body.text, str) else body.text
+        if len(texts) > served.limits.max_batch:
+            raise RequestError(400, "text", f"at most {served.limits.max_batch} sentences a "
+                                            f"request, got {len(texts)}")
+        for n, text in enumerate(texts):
+            served.encode(text, "text" if isinstance(body.text, str) else f"text[{n}]")
+        search = Search(beam=body.beam, length_penalty=body.length_penalty,
+                        max_extra=body.max_len_extra)
+        return {"translations": await served.tasks.run("beam", model.translate, texts, search)}
+    return routes

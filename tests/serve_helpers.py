@@ -1,0 +1,68 @@
+"""The server tests' helpers: pygpt-serve started in a subprocess on a free loopback port, in an
+environment where `import torch` fails, and the server-sent events of a streamed completion."""
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+from helpers import torch_free_env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`python -m pygpt.serve --model folder *flags` running (torch blocked) until stop()."""
+
+    def __init__(self, folder, tmp_path, *flags: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "pygpt.serve", "--model", str(folder), "--port",
+             str(self.port), "--log-level", "warning", *flags],
+            env=torch_free_env(tmp_path, blocked=("torch",)), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while True:
+            if self.process.poll() is not None:
+                raise AssertionError(f"the server exited: {self.process.communicate()[1]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError("the server did not answer /health within 120 s")
+            time.sleep(0.2)
+        self.client = httpx.Client(base_url=self.url, timeout=60)
+
+    def stop(self, sig=signal.SIGTERM) -> tuple[int, str]:
+        """Stops the server with sig: (its exit status, its stderr)."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            _, err = self.process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _, err = self.process.communicate()
+        return self.process.returncode, err
+
+
+def events(response) -> list:
+    """The data of each server-sent event of a streamed response ("[DONE]" as is)."""
+    out = []
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            data = line[len("data: "):]
+            out.append(data if data == "[DONE]" else json.loads(data))
+        else:
+            assert line == "", line
+    return out
