@@ -41,6 +41,8 @@ def build(out: Path, result: str) -> list:
     if result == "ok":
         registered = [ln for ln in log.splitlines() if "kernels registered" in ln]
         return [f"Built. {registered[-1]}" if registered else "Built."]
+    if not result.startswith(("failed", "timed out")):
+        return [f"Build: {result}."]
     errors = [ln for ln in log.splitlines()
               if re.search(r"\berror\b|FAILED:", ln, re.IGNORECASE)][:20]
     return [f"Build: {result}. The compiler's first errors (build.log has everything):", "",
