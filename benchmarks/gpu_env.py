@@ -68,7 +68,8 @@ def facts() -> dict:
                    cudnn=torch.backends.cudnn.version(),
                    driver=tool_line(["nvidia-smi", "--query-gpu=driver_version",
                                          "--format=csv,noheader"]),
-                   nvcc=tool_line([os.environ.get("NVCC", "nvcc"), "--version"]))
+                   nvcc=tool_line([os.environ.get("NVCC", "nvcc"), "--version"]),
+                   ninja=shutil.which("ninja") or "not found: the build compiles a file at a time")
     else:
         out["device"] = "none (CPU only)"
     return out

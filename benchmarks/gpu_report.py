@@ -31,7 +31,8 @@ def device(work: Path) -> list:
     names = {"device": "device", "capability": "compute capability",
              "multiprocessors": "multiprocessors", "memory_gib": "memory (GiB)",
              "driver": "driver", "torch": "torch", "torch_cuda": "torch's CUDA",
-             "cudnn": "cuDNN", "nvcc": "nvcc", "cuda_home": "CUDA toolkit", "python": "Python",
+             "cudnn": "cuDNN", "nvcc": "nvcc", "cuda_home": "CUDA toolkit", "ninja": "ninja",
+             "python": "Python",
              "cpus": "CPUs", "host": "host", "commit": "commit"}
     return [f"- {label}: {facts[key]}" for key, label in names.items() if key in facts]
 

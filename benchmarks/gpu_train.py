@@ -69,7 +69,8 @@ def main() -> None:
         worst = max(worst, diff)
         lines.append(f"| {a['step']} | {a['train_loss']:.4f} | {b['train_loss']:.4f} | "
                      f"{a['val_loss']:.4f} | {b['val_loss']:.4f} | {diff:.2e} |")
-    lines += ["", "| kernels | exit status | tokens/s (last interval) | wall s |", "|---|--:|--:|--:|"]
+    lines += ["", "| kernels | exit status | tokens/s (last interval) | wall s |",
+              "|---|--:|--:|--:|"]
     for k, (status, wall, rows) in runs.items():
         speed = f"{rows[-1]['tokens_per_s']:,.0f}" if rows else "-"
         lines.append(f"| {k} | {status} | {speed} | {wall:.1f} |")
