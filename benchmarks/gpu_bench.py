@@ -53,7 +53,7 @@ TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 SIZES = {
     "gpu": dict(attention=[(8, 12, 1024, 64), (8, 12, 4096, 64)], decode=(8, 12, 4096, 64),
                 norm=(65536, 768), gelu=(16384, 3072), logits=(8192, 50257),
-                rotary=(32, 12, 1024, 64), head=(8192, 768, 50257)),
+                rotary=(64, 12, 1024, 64), head=(8192, 768, 50257)),
     "dry": dict(attention=[(2, 2, 64, 16)], decode=(2, 2, 64, 16), norm=(32, 24),
                 gelu=(16, 64), logits=(16, 100), rotary=(2, 2, 16, 8), head=(16, 32, 100)),
 }
@@ -146,8 +146,8 @@ def decode_case(B, H, keys, D, dev, dt):
 def norm_cases(N, C, dev, dt):
     e = torch.finfo(dt).bits // 8
     x, r, gy, gs = (torch.randn(N, C, device=dev, dtype=dt) for _ in range(4))
-    w, b = (1 + 0.1 * torch.randn(C, device=dev, dtype=dt), 0.1 * torch.randn(C, device=dev,
-                                                                              dtype=dt))
+    w = 1 + 0.1 * torch.randn(C, device=dev, dtype=dt)
+    b = 0.1 * torch.randn(C, device=dev, dtype=dt)
     yield Case("layer_norm", f"({N}, {C})", "GB/s", (2 * N * C * e, 5 * N * C * e),
                ops.layer_norm, {"F.layer_norm": lambda x, w, b: F.layer_norm(x, (C,), w, b)},
                (x, w, b), leaves(x, w, b), gy)

@@ -52,6 +52,8 @@ def build(out: Path, result: str) -> list:
 
 def summary(log: str, pattern: str, failures: str) -> list:
     """The last summary line matching pattern and the failure lines, from a test log."""
+    if not log:
+        return ["not run"]
     lines = log.splitlines()
     found = [ln.strip("= ") for ln in lines if re.search(pattern, ln)]
     failed = [ln for ln in lines if re.match(failures, ln)][:30]
