@@ -96,8 +96,10 @@ fi
 # 2a. The native CUDA tests' build, in the background (at a lower priority than the extension's).
 native=build/gpu-check-native
 if wanted native; then
-  (nice -n 10 timeout -k 10 300 bash benchmarks/gpu_native.sh build "$native" $dry \
-     > "$out/native.log" 2>&1; echo $? > "$work/native-build.rc") &
+  (start=$SECONDS
+   nice -n 10 timeout -k 10 300 bash benchmarks/gpu_native.sh build "$native" $dry \
+     > "$out/native.log" 2>&1
+   echo "$? $((SECONDS - start))" > "$work/native-build.rc") &
   native_build=$!
 fi
 
@@ -123,13 +125,12 @@ if wanted tests; then
   fi
 fi
 if [ -n "${native_build:-}" ]; then
-  start=$SECONDS
   wait "$native_build"
-  rc=$(cat "$work/native-build.rc" 2>/dev/null || echo 1)
+  read -r rc took < "$work/native-build.rc" || rc=1 took=0
   case $rc in
-    0) note native-build ok $((SECONDS - start)) ;;
-    124|137) note native-build "timed out" $((SECONDS - start)) ;;
-    *) note native-build "failed (exit $rc)" $((SECONDS - start)) ;;
+    0) note native-build ok "$took" ;;
+    124|137) note native-build "timed out after 300 s" "$took" ;;
+    *) note native-build "failed (exit $rc)" "$took" ;;
   esac
   [ "$rc" -ne 0 ] || run_step native-tests 90 130 "$out/native.log" \
     bash benchmarks/gpu_native.sh test "$native" $dry
