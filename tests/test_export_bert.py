@@ -37,12 +37,18 @@ def pair_rows(n, seed):
             for label, text in zebra_rows(n, seed)]
 
 
-@pytest.fixture(scope="module")
-def mlm(text_file, tmp_path_factory):
+# The default BERT, and one with the tanh GELU (blocks and masked-LM head) and a layer norm
+# epsilon far from the default (so a graph that dropped either would not match).
+MODEL_FLAGS = {"default": [], "gelu_tanh-eps": ["--activation", "gelu_tanh", "--norm-eps", "0.1"]}
+
+
+@pytest.fixture(scope="module", params=list(MODEL_FLAGS))
+def mlm(request, text_file, tmp_path_factory):
     """(checkpoint, export) of a BERT pretrained a few steps, WordPiece tokenizer."""
     root = tmp_path_factory.mktemp("bert-export")
     pygpt.train.main(["--arch", "bert", "--data", str(text_file), "--out", str(root / "ckpt"),
-                      "--vocab-size", "300", "--max-iters", "6", "--eval-interval", "6", *SHAPE])
+                      "--vocab-size", "300", "--max-iters", "6", "--eval-interval", "6", *SHAPE,
+                      *MODEL_FLAGS[request.param]])
     exporter.export(root / "ckpt", root / "onnx", quantize="int8")
     return root / "ckpt", root / "onnx"
 
