@@ -43,7 +43,7 @@ def exported(request, tmp_path_factory):
 
 
 def test_export_files(exported):
-    _, onnx_dir = exported
+    ckpt, onnx_dir = exported
     names = sorted(p.name for p in onnx_dir.iterdir())
     assert names == ["model.int8.onnx", "model.onnx", "runner.json", "tokenizer.json"]
     assert names == sorted([ONNX_INT8, ONNX_FP32, RUNNER_CONFIG, TOKENIZER])
@@ -58,6 +58,10 @@ def test_export_files(exported):
     onnx.checker.check_model(model)
     domains = {node.domain for node in model.graph.node}
     assert domains <= {"", "ai.onnx"}, f"custom-op domains left in the graph: {domains}"
+    # The MLP's GELU as the model's: Erf for the exact one, Tanh for GPT-2's approximation.
+    tanh = json.loads((ckpt / "config.json").read_text())["model"]["activation"] == "gelu_tanh"
+    op_types = {node.op_type for node in model.graph.node}
+    assert ("Tanh" in op_types, "Erf" in op_types) == (tanh, not tanh)
 
 
 def test_logits_match_prefill_and_50_decode_steps(exported):

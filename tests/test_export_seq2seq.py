@@ -3,7 +3,8 @@
 and exported once, fp32 and int8; its three graphs must give PyTorch's encoder output, first-step
 and cached-step logits and caches on padded batches; the runner must print exactly what python -m
 pygpt.translate prints, greedy and beam; it runs where torch cannot be imported; and failures are
-clean."""
+clean. All of it for the default translator and for one with the tanh GELU and another layer norm
+epsilon."""
 import dataclasses
 import json
 import os
