@@ -26,8 +26,8 @@ def _bias_gelu_bad():
     }
 
 
-BIAS_GELU = Contract("bias_gelu", ("x", "bias"), options=(), good=_bias_gelu_good,
-                     bad=_bias_gelu_bad(), off_device="bias")
+BIAS_GELU = Contract("bias_gelu", ("x", "bias"), options=("none",),  # approximate
+                     good=_bias_gelu_good, bad=_bias_gelu_bad(), off_device="bias")
 
 
 # --- add_layer_norm: x and residual (..., C), weight (C) or None, bias (C) or None -------------

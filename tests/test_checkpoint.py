@@ -24,6 +24,7 @@ from pygpt import checkpoint, compat
 from pygpt.config import TrainConfig
 from pygpt.io import atomic_write
 from pygpt.models import GPT
+from pygpt.nn import LayerNorm
 from pygpt.run_files import CONFIG, LOSS_PLOT, METRICS, TOKENIZER, TRAIN_STATE, WEIGHTS
 from pygpt.tokenizer import CharTokenizer, load_tokenizer
 from pygpt.training import make_optimizer, train
@@ -156,6 +157,9 @@ def test_format1_checkpoint_gives_the_recorded_logits(name):
     model, tok = pygpt.load(FIXTURES / name)
     assert isinstance(model, GPT) and model.config.arch == "gpt" and not model.training
     assert tok.vocab_size == model.config.vocab_size == 12
+    # Saved before the layer norm epsilon was a setting: the 1e-5 every norm had then.
+    assert "norm_eps" not in config["model"] and model.config.norm_eps == 1e-5
+    assert {m.eps for m in model.modules() if isinstance(m, LayerNorm)} == {1e-5}
     if model.config.tie_weights:
         assert model.lm_head.weight is model.embed.tok.weight  # still tied after renaming
     assert_recorded_logits(model, name)

@@ -167,16 +167,17 @@ def test_float64_gradients_pass_gradcheck(isa):
     assert torch.autograd.gradcheck(ops.layer_norm, (x, w, b))
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 1), (7, 3), (5, 13, 129), (2, 512)])
-def test_bias_gelu(isa, dtype, shape):
+def test_bias_gelu(isa, dtype, shape, approximate):
     x = rand(*shape, dtype=dtype, requires_grad=True, scale=3.0)
     b = rand(shape[-1], dtype=dtype, requires_grad=True)
     g = rand(*shape, dtype=dtype)
-    y = ops.bias_gelu(x, b)
+    y = ops.bias_gelu(x, b, approximate)
     grads = torch.autograd.grad(y, (x, b), g)
     x64, b64 = f64(x, b)
-    expected = torch.nn.functional.gelu(x64 + b64)
+    expected = torch.nn.functional.gelu(x64 + b64, approximate=approximate)
     expected_grads = torch.autograd.grad(expected, (x64, b64), g.double())
     close(y, expected, TOL[dtype], f"{isa} bias_gelu")
     for name, got, want in zip(("x", "bias"), grads, expected_grads):

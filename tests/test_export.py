@@ -1,6 +1,8 @@
 """ONNX export and the torch-free runner: a tiny trained model, exported once (fp32 and int8),
 must match PyTorch in onnxruntime for the prefill and 50 decode steps, continue greedily with the
-same 200 tokens, and run in a process where torch cannot be imported."""
+same 200 tokens, and run in a process where torch cannot be imported; the default model, and one
+with GPT-2's tanh GELU and a layer norm epsilon far from the default (so a graph that dropped
+either would not match)."""
 import json
 import os
 import subprocess
@@ -24,12 +26,16 @@ from pygpt_runtime import run_onnx
 
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+MODEL_OPTIONS = {"default": {}, "gelu_tanh-eps": dict(activation="gelu_tanh", norm_eps=0.1)}
+
+
+@pytest.fixture(scope="module", params=list(MODEL_OPTIONS))
+def exported(request, tmp_path_factory):
     """(checkpoint folder, export folder) of a tiny model trained for a few steps."""
     root = tmp_path_factory.mktemp("export")
     ckpt, onnx_dir = root / "ckpt", root / "onnx"
-    model_cfg = ModelConfig(block_size=24, n_layer=2, n_head=2, n_embd=32)
+    model_cfg = ModelConfig(block_size=24, n_layer=2, n_head=2, n_embd=32,
+                            **MODEL_OPTIONS[request.param])
     train(model_cfg, TrainConfig(out=str(ckpt), max_iters=60, eval_interval=60, eval_iters=2,
                                  batch_size=8, warmup_iters=5), progress=False)
     exporter.export(ckpt, onnx_dir, quantize="int8")
@@ -37,7 +43,7 @@ def exported(tmp_path_factory):
 
 
 def test_export_files(exported):
-    _, onnx_dir = exported
+    ckpt, onnx_dir = exported
     names = sorted(p.name for p in onnx_dir.iterdir())
     assert names == ["model.int8.onnx", "model.onnx", "runner.json", "tokenizer.json"]
     assert names == sorted([ONNX_INT8, ONNX_FP32, RUNNER_CONFIG, TOKENIZER])
@@ -52,6 +58,10 @@ def test_export_files(exported):
     onnx.checker.check_model(model)
     domains = {node.domain for node in model.graph.node}
     assert domains <= {"", "ai.onnx"}, f"custom-op domains left in the graph: {domains}"
+    # The MLP's GELU as the model's: Erf for the exact one, Tanh for GPT-2's approximation.
+    tanh = json.loads((ckpt / "config.json").read_text())["model"]["activation"] == "gelu_tanh"
+    op_types = {node.op_type for node in model.graph.node}
+    assert ("Tanh" in op_types, "Erf" in op_types) == (tanh, not tanh)
 
 
 def test_logits_match_prefill_and_50_decode_steps(exported):

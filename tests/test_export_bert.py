@@ -2,7 +2,8 @@
 a tiny pretrained BERT (WordPiece) and a tiny classifier on pairs (char tokenizer), exported once
 each (fp32 and int8), must give PyTorch's logits in onnxruntime on padded batches of any batch
 size and length, and the runner must print what pygpt.fill_mask and pygpt.classify print, in a
-process where torch cannot be imported."""
+process where torch cannot be imported; the pretrained BERT also with the tanh GELU and another
+layer norm epsilon."""
 import json
 import os
 import subprocess
@@ -37,14 +38,29 @@ def pair_rows(n, seed):
             for label, text in zebra_rows(n, seed)]
 
 
-@pytest.fixture(scope="module")
-def mlm(text_file, tmp_path_factory):
+def pretrained(text_file, root, flags=()):
     """(checkpoint, export) of a BERT pretrained a few steps, WordPiece tokenizer."""
-    root = tmp_path_factory.mktemp("bert-export")
     pygpt.train.main(["--arch", "bert", "--data", str(text_file), "--out", str(root / "ckpt"),
-                      "--vocab-size", "300", "--max-iters", "6", "--eval-interval", "6", *SHAPE])
+                      "--vocab-size", "300", "--max-iters", "6", "--eval-interval", "6", *SHAPE,
+                      *flags])
     exporter.export(root / "ckpt", root / "onnx", quantize="int8")
     return root / "ckpt", root / "onnx"
+
+
+@pytest.fixture(scope="module")
+def mlm(text_file, tmp_path_factory):
+    return pretrained(text_file, tmp_path_factory.mktemp("bert-export"))
+
+
+@pytest.fixture(scope="module")
+def mlm_gelu_tanh(text_file, tmp_path_factory):
+    """As mlm, with the tanh GELU (blocks and masked-LM head) and a layer norm epsilon far from
+    the default (so a graph that dropped either would not match)."""
+    ckpt, onnx_dir = pretrained(text_file, tmp_path_factory.mktemp("bert-export"),
+                                ["--activation", "gelu_tanh", "--norm-eps", "0.1"])
+    config = pygpt.load(ckpt)[0].config
+    assert (config.activation, config.norm_eps) == ("gelu_tanh", 0.1)  # the flags were taken
+    return ckpt, onnx_dir
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +103,7 @@ def test_files_and_runner_config(mlm, classifier):
     assert json.loads((mlm[1] / RUNNER_CONFIG).read_text())["tokenizer"]["kind"] == "wordpiece"
 
 
-@pytest.mark.parametrize("which", ["mlm", "classifier"])
+@pytest.mark.parametrize("which", ["mlm", "mlm_gelu_tanh", "classifier"])
 def test_logits_match_pytorch_on_padded_batches(which, request):
     ckpt, onnx_dir = request.getfixturevalue(which)
     model, _ = pygpt.load(ckpt)
@@ -98,7 +114,7 @@ def test_logits_match_pytorch_on_padded_batches(which, request):
             out = model(batch["input_ids"], segment_ids=batch["token_type_ids"],
                         lengths=torch.tensor(lengths))
         got = run.run(None, {k: v.numpy() for k, v in batch.items()})[0]
-        if which == "mlm":
+        if which != "classifier":
             real = batch["attention_mask"].numpy().astype(bool)
             assert got.shape == (len(lengths), max(lengths), model.config.vocab_size)
             np.testing.assert_allclose(got[real], out.mlm_logits.numpy()[real], atol=1e-4, rtol=0)
@@ -107,7 +123,7 @@ def test_logits_match_pytorch_on_padded_batches(which, request):
             np.testing.assert_allclose(got, out.logits.numpy(), atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("which", ["mlm", "classifier"])
+@pytest.mark.parametrize("which", ["mlm", "mlm_gelu_tanh", "classifier"])
 def test_int8_runs_and_stays_close(which, request):
     _, onnx_dir = request.getfixturevalue(which)
     size = {name: (onnx_dir / name).stat().st_size for name in ("model.onnx", "model.int8.onnx")}
@@ -140,8 +156,9 @@ def test_runner_tokenizer_is_pygpts(mlm, classifier):
             assert ours.decode([i]) == tokenizer.decode([i]), i
 
 
-def test_fill_mask_equals_pygpts(mlm):
-    ckpt, onnx_dir = mlm
+@pytest.mark.parametrize("which", ["mlm", "mlm_gelu_tanh"])
+def test_fill_mask_equals_pygpts(which, request):
+    ckpt, onnx_dir = request.getfixturevalue(which)
     text = "First [MASK]: before we [MASK] any further"
     model, tokenizer = pygpt.load(ckpt)
     expected = pygpt.fill_mask.fill_mask(model, tokenizer, text, top_k=4)

@@ -3,7 +3,9 @@
 and exported once, fp32 and int8; its three graphs must give PyTorch's encoder output, first-step
 and cached-step logits and caches on padded batches; the runner must print exactly what python -m
 pygpt.translate prints, greedy and beam; it runs where torch cannot be imported; and failures are
-clean."""
+clean. All of it for the default translator and for one with the tanh GELU and another layer norm
+epsilon."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -29,11 +31,17 @@ from pygpt_runtime import onnx_translate
 TEXTS = [*words(30, seed=5), "", "abc de", "hgfedcba abcdefgh", "  h  "]
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+# The default translator, and one with the tanh GELU and a layer norm epsilon far from the
+# default (so a graph that dropped either would not match).
+CONFIGS = {"default": CFG,
+           "gelu_tanh-eps": dataclasses.replace(CFG, activation="gelu_tanh", norm_eps=0.1)}
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def exported(request, tmp_path_factory):
     """(checkpoint folder, export folder, model, the files written)."""
     root = tmp_path_factory.mktemp("mt-export")
-    model = reverser()
+    model = reverser(cfg=CONFIGS[request.param])
     checkpoint.save(root / "ckpt", model, tokenizer())
     written = export(root / "ckpt", root / "onnx", "int8")
     return root / "ckpt", root / "onnx", model, written

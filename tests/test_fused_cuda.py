@@ -28,11 +28,12 @@ def _close(actual, expected, dtype, what, sum_rows=1):
                                msg=lambda m: f"{what} ({dtype}): {m}", **tol)
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_bias_gelu_matches_cpu(shape, dtype):
+def test_bias_gelu_matches_cpu(shape, dtype, approximate):
     (x, b), (xc, bc) = _pair(shape, shape[-1:], dtype=dtype, scale=3.0)
-    y, yc = ops.bias_gelu(x, b), ops.bias_gelu(xc, bc)
+    y, yc = ops.bias_gelu(x, b, approximate), ops.bias_gelu(xc, bc, approximate)
     assert yc.dtype == dtype
     _close(yc, y, dtype, "y")
     grad = torch.randn_like(y).to(dtype)
@@ -72,7 +73,8 @@ def test_opcheck_on_cuda(dtype):
     x = torch.randn(4, 16, device="cuda", dtype=dtype, requires_grad=True)
     r = torch.randn(4, 16, device="cuda", dtype=dtype, requires_grad=True)
     w = torch.randn(16, device="cuda", dtype=dtype, requires_grad=True)
-    torch.library.opcheck(torch.ops.pygpt.bias_gelu.default, (x, w))
+    for approximate in ("none", "tanh"):
+        torch.library.opcheck(torch.ops.pygpt.bias_gelu.default, (x, w, approximate))
     torch.library.opcheck(torch.ops.pygpt.add_layer_norm.default, (x, r, w, w, 1e-5))
 
 

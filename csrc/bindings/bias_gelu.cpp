@@ -18,39 +18,52 @@ void check_bias_gelu_args(const at::Tensor& x, const at::Tensor& bias, const cha
   check_matches(bias, "bias", x, "x", op);
 }
 
+GeluApproximation gelu_approximation(c10::string_view approximate, const char* op) {
+  if (approximate == "none") return GeluApproximation::kNone;
+  TORCH_CHECK(approximate == "tanh", op, ": approximate must be 'none' or 'tanh', got '",
+              approximate, "'");
+  return GeluApproximation::kTanh;
+}
+
 namespace {
 
-using BiasGeluFn = Tensor(const Tensor&, const Tensor&);
+using BiasGeluFn = Tensor(const Tensor&, const Tensor&, c10::string_view);
 using BiasGeluBackwardFn = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,
-                                                      bool);
+                                                      bool, c10::string_view);
 
 struct BiasGelu : torch::autograd::Function<BiasGelu> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& bias) {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& bias,
+                        c10::string_view approximate) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     static const auto bias_gelu = op<BiasGeluFn>("pygpt::bias_gelu");
     ctx->save_for_backward({x, bias});
-    return bias_gelu.call(x, bias);
+    ctx->saved_data["approximate"] = std::string(approximate);
+    return bias_gelu.call(x, bias, approximate);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list s = ctx->get_saved_variables();
     const bool want_bias = ctx->needs_input_grad(1);
     static const auto backward = op<BiasGeluBackwardFn>("pygpt::bias_gelu_backward");
-    auto [dx, dbias] = backward.call(grads[0], s[0], s[1], want_bias);
-    return {dx, want_bias ? dbias : Tensor()};
+    const std::string approximate = ctx->saved_data["approximate"].toStringRef();
+    auto [dx, dbias] = backward.call(grads[0], s[0], s[1], want_bias, approximate);
+    return {dx, want_bias ? dbias : Tensor(), Tensor()};
   }
 };
 
-Tensor bias_gelu_autograd(const Tensor& x, const Tensor& bias) { return BiasGelu::apply(x, bias); }
+Tensor bias_gelu_autograd(const Tensor& x, const Tensor& bias, c10::string_view approximate) {
+  return BiasGelu::apply(x, bias, approximate);
+}
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(pygpt, m) {
-  // gelu(x + bias) over x's last dimension, bias (C,); exact (erf) GELU.
-  m.def("bias_gelu(Tensor x, Tensor bias) -> Tensor");
+  // gelu(x + bias) over x's last dimension, bias (C,); approximate as F.gelu's: "none", the
+  // exact (erf) GELU, or "tanh", its tanh approximation.
+  m.def("bias_gelu(Tensor x, Tensor bias, str approximate='none') -> Tensor");
   // Returns (grad_x, grad_bias); grad_bias is an empty tensor when not asked for.
-  m.def("bias_gelu_backward(Tensor grad_y, Tensor x, Tensor bias, bool bias_grad)"
-        " -> (Tensor, Tensor)");
+  m.def("bias_gelu_backward(Tensor grad_y, Tensor x, Tensor bias, bool bias_grad,"
+        " str approximate='none') -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(pygpt, Autograd, m) { m.impl("bias_gelu", &bias_gelu_autograd); }

@@ -14,10 +14,12 @@
 namespace pygpt {
 namespace {
 
-at::Tensor bias_gelu_cpu(const at::Tensor& x_in, const at::Tensor& bias_in) {
+at::Tensor bias_gelu_cpu(const at::Tensor& x_in, const at::Tensor& bias_in,
+                         c10::string_view approximate) {
   const char* op = "pygpt.bias_gelu";
   check_cpu_float(x_in, op, "x");
   check_bias_gelu_args(x_in, bias_in, op);
+  const GeluApproximation gelu = gelu_approximation(approximate, op);
   const at::Tensor x = x_in.contiguous(), bias = bias_in.contiguous();
   const int64_t C = x.size(-1), N = C > 0 ? x.numel() / C : 0;
   at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
@@ -25,7 +27,7 @@ at::Tensor bias_gelu_cpu(const at::Tensor& x_in, const at::Tensor& bias_in) {
     at::parallel_for(0, N, row_grain(C), [&](int64_t begin, int64_t end) {
       cpu::kernels<scalar_t>().bias_gelu_forward(x.const_data_ptr<scalar_t>(),
                                        bias.const_data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), C,
-                                       begin, end);
+                                       begin, end, gelu);
     });
   });
   return y;
@@ -34,10 +36,12 @@ at::Tensor bias_gelu_cpu(const at::Tensor& x_in, const at::Tensor& bias_in) {
 std::tuple<at::Tensor, at::Tensor> bias_gelu_backward_cpu(const at::Tensor& grad_y_in,
                                                           const at::Tensor& x_in,
                                                           const at::Tensor& bias_in,
-                                                          bool bias_grad) {
+                                                          bool bias_grad,
+                                                          c10::string_view approximate) {
   const char* op = "pygpt.bias_gelu_backward";
   check_cpu_float(x_in, op, "x");
   check_bias_gelu_args(x_in, bias_in, op);
+  const GeluApproximation gelu = gelu_approximation(approximate, op);
   check_same_as_x(grad_y_in, "grad_y", x_in, op);
   const at::Tensor x = x_in.contiguous(), bias = bias_in.contiguous();
   const at::Tensor grad_y = grad_y_in.contiguous();
@@ -49,7 +53,7 @@ std::tuple<at::Tensor, at::Tensor> bias_gelu_backward_cpu(const at::Tensor& grad
       cpu::kernels<scalar_t>().bias_gelu_backward(
           grad_y.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(),
           bias.const_data_ptr<scalar_t>(), dx.data_ptr<scalar_t>(),
-          dbias.partial<scalar_t>(chunk), C, begin, end);
+          dbias.partial<scalar_t>(chunk), C, begin, end, gelu);
     });
   });
   return {dx, dbias.total()};

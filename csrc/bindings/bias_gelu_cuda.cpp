@@ -11,26 +11,30 @@
 namespace pygpt {
 namespace {
 
-at::Tensor bias_gelu_cuda(const at::Tensor& x_in, const at::Tensor& bias_in) {
+at::Tensor bias_gelu_cuda(const at::Tensor& x_in, const at::Tensor& bias_in,
+                          c10::string_view approximate) {
   const char* op = "pygpt.bias_gelu";
   check_cuda_float(x_in, op, "x");
   check_bias_gelu_args(x_in, bias_in, op);
+  const GeluApproximation gelu = gelu_approximation(approximate, op);
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous(), bias = bias_in.contiguous();
   const int64_t C = x.size(-1), N = C > 0 ? x.numel() / C : 0;
   at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
   C10_CUDA_CHECK(cuda::bias_gelu_forward(cuda_dtype(x), x.const_data_ptr(), bias.const_data_ptr(),
-                                         y.data_ptr(), N, C, current_stream()));
+                                         y.data_ptr(), N, C, gelu, current_stream()));
   return y;
 }
 
 std::tuple<at::Tensor, at::Tensor> bias_gelu_backward_cuda(const at::Tensor& grad_y_in,
                                                            const at::Tensor& x_in,
                                                            const at::Tensor& bias_in,
-                                                           bool bias_grad) {
+                                                           bool bias_grad,
+                                                           c10::string_view approximate) {
   const char* op = "pygpt.bias_gelu_backward";
   check_cuda_float(x_in, op, "x");
   check_bias_gelu_args(x_in, bias_in, op);
+  const GeluApproximation gelu = gelu_approximation(approximate, op);
   check_same_as_x(grad_y_in, "grad_y", x_in, op);
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous(), bias = bias_in.contiguous();
@@ -43,7 +47,7 @@ std::tuple<at::Tensor, at::Tensor> bias_gelu_backward_cuda(const at::Tensor& gra
   C10_CUDA_CHECK(cuda::bias_gelu_backward(
       cuda_dtype(x), grad_y.const_data_ptr(), x.const_data_ptr(), bias.const_data_ptr(),
       dx.data_ptr(), bias_grad ? dbias.data_ptr() : nullptr, N, C,
-      bias_grad ? scratch.data_ptr() : nullptr, current_stream()));
+      bias_grad ? scratch.data_ptr() : nullptr, gelu, current_stream()));
   return {dx, dbias};
 }
 

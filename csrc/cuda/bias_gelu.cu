@@ -1,5 +1,7 @@
 // Bias + GELU on CUDA (declared in bias_gelu.h), float32 and bfloat16 storage, float32
-// arithmetic with the device's erff and expf; the math mirrors cpu/bias_gelu.cpp.
+// arithmetic with the device's erff and expf; the math mirrors cpu/bias_gelu.cpp (the tanh GELU
+// too as h * sigmoid(2u)). The kernels are templates over the GELU (ErfGelu, TanhGelu), chosen
+// once per launch.
 //
 // Forward: elementwise, grid-strided, 16-byte vectors when C is a multiple of the vector width
 // and the pointers are aligned (else scalar).
@@ -39,15 +41,33 @@ constexpr int kForwardThreads = 256;
 constexpr int64_t kMaxGrid = 1 << 20;      // elementwise loops are grid-strided beyond this
 constexpr float kSqrtHalf = 0.70710678118654752440f;
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kCubic = 0.044715f;  // the tanh GELU's cubic coefficient
 
-__device__ __forceinline__ float gelu(float h) {
-  return h * 0.5f * (1.0f + erff(h * kSqrtHalf));
-}
+// The exact GELU, h * Phi(h).
+struct ErfGelu {
+  static __device__ __forceinline__ float value(float h) {
+    return h * 0.5f * (1.0f + erff(h * kSqrtHalf));
+  }
+  // gelu'(h) = Phi(h) + h * phi(h).
+  static __device__ __forceinline__ float derivative(float h) {
+    return 0.5f * (1.0f + erff(h * kSqrtHalf)) + h * kInvSqrt2Pi * expf(-0.5f * h * h);
+  }
+};
 
-// gelu'(h) = Phi(h) + h * phi(h).
-__device__ __forceinline__ float gelu_grad(float h) {
-  return 0.5f * (1.0f + erff(h * kSqrtHalf)) + h * kInvSqrt2Pi * expf(-0.5f * h * h);
-}
+// The tanh GELU, h * (1 + tanh(u)) / 2 = h * s, s = sigmoid(2u) = 1 / (1 + e^-2u),
+// u = sqrt(2 / pi) (h + 0.044715 h^3): no cancellation in 1 + tanh(u) for negative h.
+struct TanhGelu {
+  static __device__ __forceinline__ float sigmoid_2u(float h) {
+    return 1.0f / (1.0f + expf(-2.0f * kSqrt2OverPi * (h + kCubic * h * h * h)));
+  }
+  static __device__ __forceinline__ float value(float h) { return h * sigmoid_2u(h); }
+  // gelu'(h) = s + h * s * (1 - s) * 2 du/dh, du/dh = sqrt(2 / pi) (1 + 3 * 0.044715 h^2).
+  static __device__ __forceinline__ float derivative(float h) {
+    const float s = sigmoid_2u(h);
+    return s + h * (s * (1.0f - s)) * (2.0f * kSqrt2OverPi * (1.0f + 3.0f * kCubic * h * h));
+  }
+};
 
 int64_t backward_groups(int64_t N) {
   const int64_t g = ceil_div(N, kRowsPerGroup);
@@ -55,7 +75,7 @@ int64_t backward_groups(int64_t N) {
 }
 
 // Packs of VEC elements; VEC > 1 needs C % VEC == 0 and 16-byte aligned pointers.
-template <typename S, int VEC>
+template <typename Gelu, typename S, int VEC>
 __global__ void __launch_bounds__(kForwardThreads)
     forward_kernel(const S* x, const S* bias, S* y, int64_t packs, int C) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < packs;
@@ -65,13 +85,13 @@ __global__ void __launch_bounds__(kForwardThreads)
     load_pack<VEC>(x + at, v);
     load_pack<VEC>(bias + at % C, b);
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) v[e] = gelu(v[e] + b[e]);
+    for (int e = 0; e < VEC; ++e) v[e] = Gelu::value(v[e] + b[e]);
     store_pack<VEC>(y + at, v);
   }
 }
 
 // Stage 1; part (G, C) or null when no bias gradient is wanted.
-template <typename S>
+template <typename Gelu, typename S>
 __global__ void __launch_bounds__(kCols* kRows)
     backward_kernel(const S* grad_y, const S* x, const S* bias, S* dx, float* part, int64_t N,
                     int C, int64_t rows_per_group) {
@@ -85,7 +105,7 @@ __global__ void __launch_bounds__(kCols* kRows)
     const float b = to_float(bias[j]);
     for (int64_t row = first + ty; row < last; row += kRows) {
       const int64_t at = row * C + j;
-      const float d = to_float(grad_y[at]) * gelu_grad(to_float(x[at]) + b);
+      const float d = to_float(grad_y[at]) * Gelu::derivative(to_float(x[at]) + b);
       dx[at] = from_float<S>(d);
       acc += d;
     }
@@ -116,7 +136,7 @@ __global__ void __launch_bounds__(kCols* kRows)
   dbias[j] = from_float<S>(acc);
 }
 
-template <typename S>
+template <typename Gelu, typename S>
 cudaError_t forward_typed(const S* x, const S* bias, S* y, int64_t N, int C,
                           cudaStream_t stream) {
   constexpr int V = detail::kVec16<S>;
@@ -124,12 +144,12 @@ cudaError_t forward_typed(const S* x, const S* bias, S* y, int64_t N, int C,
   const int64_t packs = N * C / (vec ? V : 1);
   int64_t grid = ceil_div(packs, kForwardThreads);
   grid = grid < kMaxGrid ? grid : kMaxGrid;
-  return detail::launch(vec ? forward_kernel<S, V> : forward_kernel<S, 1>,
+  return detail::launch(vec ? forward_kernel<Gelu, S, V> : forward_kernel<Gelu, S, 1>,
                         static_cast<unsigned>(grid), kForwardThreads, 0, stream, x, bias, y, packs,
                         C);
 }
 
-template <typename S>
+template <typename Gelu, typename S>
 cudaError_t backward_typed(const S* grad_y, const S* x, const S* bias, S* dx, S* dbias,
                            int64_t N, int C, void* workspace, cudaStream_t stream) {
   if (dbias != nullptr && workspace == nullptr) return cudaErrorInvalidValue;
@@ -137,27 +157,56 @@ cudaError_t backward_typed(const S* grad_y, const S* x, const S* bias, S* dx, S*
   float* part = dbias != nullptr ? static_cast<float*>(workspace) : nullptr;
   const dim3 block(kCols, kRows);
   const unsigned col_blocks = static_cast<unsigned>(ceil_div(C, kCols));
-  cudaError_t err = detail::launch(backward_kernel<S>, dim3(col_blocks, static_cast<unsigned>(G)),
+  cudaError_t err = detail::launch(backward_kernel<Gelu, S>,
+                                   dim3(col_blocks, static_cast<unsigned>(G)),
                                    block, 0, stream, grad_y, x, bias, dx, part, N, C,
                                    ceil_div(N, G));
   if (err != cudaSuccess || dbias == nullptr) return err;
   return detail::launch(reduce_kernel<S>, col_blocks, block, 0, stream, part, dbias, G, C);
 }
 
+template <typename Gelu>
+cudaError_t forward_dtype(DType dtype, const void* x, const void* bias, void* y, int64_t N, int c,
+                          cudaStream_t stream) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return forward_typed<Gelu>(static_cast<const float*>(x), static_cast<const float*>(bias),
+                                 static_cast<float*>(y), N, c, stream);
+    case DType::kBFloat16:
+      return forward_typed<Gelu>(static_cast<const uint16_t*>(x),
+                                 static_cast<const uint16_t*>(bias), static_cast<uint16_t*>(y), N,
+                                 c, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename Gelu>
+cudaError_t backward_dtype(DType dtype, const void* grad_y, const void* x, const void* bias,
+                           void* dx, void* dbias, int64_t N, int c, void* workspace,
+                           cudaStream_t stream) {
+  if (dtype == DType::kFloat32) {
+    return backward_typed<Gelu>(static_cast<const float*>(grad_y), static_cast<const float*>(x),
+                                static_cast<const float*>(bias), static_cast<float*>(dx),
+                                static_cast<float*>(dbias), N, c, workspace, stream);
+  }
+  return backward_typed<Gelu>(static_cast<const uint16_t*>(grad_y),
+                              static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(bias),
+                              static_cast<uint16_t*>(dx), static_cast<uint16_t*>(dbias), N, c,
+                              workspace, stream);
+}
+
 }  // namespace
 
 cudaError_t bias_gelu_forward(DType dtype, const void* x, const void* bias, void* y, int64_t N,
-                              int64_t C, cudaStream_t stream) {
+                              int64_t C, GeluApproximation approximate, cudaStream_t stream) {
   if (N < 0 || C < 0 || C > INT_MAX) return cudaErrorInvalidValue;
   if (N == 0 || C == 0) return cudaSuccess;
   const int c = static_cast<int>(C);
-  switch (dtype) {
-    case DType::kFloat32:
-      return forward_typed(static_cast<const float*>(x), static_cast<const float*>(bias),
-                           static_cast<float*>(y), N, c, stream);
-    case DType::kBFloat16:
-      return forward_typed(static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(bias),
-                           static_cast<uint16_t*>(y), N, c, stream);
+  switch (approximate) {
+    case GeluApproximation::kNone:
+      return forward_dtype<ErfGelu>(dtype, x, bias, y, N, c, stream);
+    case GeluApproximation::kTanh:
+      return forward_dtype<TanhGelu>(dtype, x, bias, y, N, c, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -169,23 +218,21 @@ size_t bias_gelu_backward_workspace_bytes(int64_t N, int64_t C) {
 
 cudaError_t bias_gelu_backward(DType dtype, const void* grad_y, const void* x, const void* bias,
                                void* dx, void* dbias, int64_t N, int64_t C, void* workspace,
-                               cudaStream_t stream) {
+                               GeluApproximation approximate, cudaStream_t stream) {
   if (N < 0 || C < 0 || C > INT_MAX) return cudaErrorInvalidValue;
   if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) return cudaErrorInvalidValue;
+  if (approximate != GeluApproximation::kNone && approximate != GeluApproximation::kTanh)
+    return cudaErrorInvalidValue;
   if (C == 0) return cudaSuccess;
   if (N == 0) {  // a sum over no rows: a zero bias gradient
     const size_t bytes = static_cast<size_t>(C) * (dtype == DType::kFloat32 ? 4 : 2);
     return dbias != nullptr ? cudaMemsetAsync(dbias, 0, bytes, stream) : cudaSuccess;
   }
   const int c = static_cast<int>(C);
-  if (dtype == DType::kFloat32) {
-    return backward_typed(static_cast<const float*>(grad_y), static_cast<const float*>(x),
-                          static_cast<const float*>(bias), static_cast<float*>(dx),
-                          static_cast<float*>(dbias), N, c, workspace, stream);
+  if (approximate == GeluApproximation::kTanh) {
+    return backward_dtype<TanhGelu>(dtype, grad_y, x, bias, dx, dbias, N, c, workspace, stream);
   }
-  return backward_typed(static_cast<const uint16_t*>(grad_y), static_cast<const uint16_t*>(x),
-                        static_cast<const uint16_t*>(bias), static_cast<uint16_t*>(dx),
-                        static_cast<uint16_t*>(dbias), N, c, workspace, stream);
+  return backward_dtype<ErfGelu>(dtype, grad_y, x, bias, dx, dbias, N, c, workspace, stream);
 }
 
 }  // namespace pygpt::cuda

@@ -1,7 +1,8 @@
 """pygpt.ops.bias_gelu, fused: gelu(x + bias), the MLP's first projection's bias and activation
 (the projection itself runs without its bias), one pass over memory and one op call in each
 direction; its backward gives the input gradient and the bias gradient (a sum over rows) in one
-pass.
+pass. The GELU is the exact (erf) one or its tanh approximation (GPT-2's), chosen as F.gelu's
+`approximate` chooses it.
 
 Here: the public function, the fake implementations of the raw ops (torch.ops.pygpt.bias_gelu
 and bias_gelu_backward), the ONNX translation (bias_gelu_onnx), and the pair that fills the kernel
@@ -10,6 +11,7 @@ its plain-PyTorch reference torch_linear_gelu.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -19,22 +21,33 @@ from pygpt import _C  # noqa: F401  (loading the library registers torch.ops.pyg
 from pygpt.ops.fake_support import check_same_device
 from pygpt.ops.onnx_opset import onnx_ops
 
+APPROXIMATIONS = ("none", "tanh")  # F.gelu's names: the exact GELU and its tanh approximation
 
-def bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """gelu(x + bias) over x's last dimension (bias (C,) for x (..., C)), the exact erf GELU as
-    `F.gelu(x + bias)`. Differentiable in x and bias."""
-    return torch.ops.pygpt.bias_gelu(x, bias)
+
+def bias_gelu(x: torch.Tensor, bias: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """gelu(x + bias) over x's last dimension (bias (C,) for x (..., C)), as
+    `F.gelu(x + bias, approximate=approximate)`: "none", the exact erf GELU, or "tanh", its tanh
+    approximation. Differentiable in x and bias."""
+    return torch.ops.pygpt.bias_gelu(x, bias, approximate)
+
+
+def _check_approximate(op: str, approximate: str) -> None:
+    """The kernels' refusal of an unknown GELU, made by the fakes too."""
+    if approximate not in APPROXIMATIONS:
+        raise RuntimeError(f"{op}: approximate must be 'none' or 'tanh', got '{approximate}'")
 
 
 @torch.library.register_fake("pygpt::bias_gelu")
-def _bias_gelu_fake(x, bias):
+def _bias_gelu_fake(x, bias, approximate="none"):
     check_same_device("pygpt.bias_gelu", x=x, bias=bias)
+    _check_approximate("pygpt.bias_gelu", approximate)
     return x.new_empty(x.shape)
 
 
 @torch.library.register_fake("pygpt::bias_gelu_backward")
-def _bias_gelu_backward_fake(grad_y, x, bias, bias_grad):
+def _bias_gelu_backward_fake(grad_y, x, bias, bias_grad, approximate="none"):
     check_same_device("pygpt.bias_gelu_backward", x=x, grad_y=grad_y, bias=bias)
+    _check_approximate("pygpt.bias_gelu_backward", approximate)
     return x.new_empty(x.shape), x.new_empty((x.shape[-1] if bias_grad else 0,))
 
 
@@ -42,9 +55,9 @@ def ext_linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
                     approximate: str = "none") -> torch.Tensor:
     """gelu(x W^T + b) with the bias and the GELU in one kernel (pygpt.ops.bias_gelu) after a
     bias-free matmul; approximate as F.gelu's ("none": erf, "tanh")."""
-    if bias is None or approximate == "tanh":  # TODO(step 2): the kernel's tanh GELU
-        return F.gelu(F.linear(x, weight, bias), approximate=approximate)
-    return bias_gelu(F.linear(x, weight), bias)
+    if bias is None:
+        return F.gelu(F.linear(x, weight), approximate=approximate)
+    return bias_gelu(F.linear(x, weight), bias, approximate)
 
 
 def torch_linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -53,12 +66,19 @@ def torch_linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torc
     return F.gelu(F.linear(x, weight, bias), approximate=approximate)
 
 
-def bias_gelu_onnx(x, bias):
-    """pygpt.bias_gelu as the exact GELU of x + bias, h * (1 + erf(h / sqrt 2)) / 2 (opset 18
-    has Erf but no Gelu)."""
+def bias_gelu_onnx(x, bias, approximate: str = "none"):
+    """pygpt.bias_gelu in opset 18, which has Erf and Tanh but no Gelu: with h = x + bias, the
+    exact GELU h * (1 + erf(h / sqrt 2)) / 2, or the tanh one h * (1 + tanh(u)) / 2 with
+    u = sqrt(2 / pi) * (h + 0.044715 h^3)."""
     op = onnx_ops()
     h = op.Add(x, bias)
-    half = op.CastLike(op.Constant(value_float=0.5), h)
-    one = op.CastLike(op.Constant(value_float=1.0), h)
-    root_half = op.CastLike(op.Constant(value_float=0.7071067811865476), h)
-    return op.Mul(op.Mul(h, half), op.Add(one, op.Erf(op.Mul(h, root_half))))
+
+    def const(value: float):
+        return op.CastLike(op.Constant(value_float=value), h)
+
+    if approximate == "tanh":
+        cubic = op.Mul(const(0.044715), op.Mul(h, op.Mul(h, h)))
+        inner = op.Tanh(op.Mul(const(math.sqrt(2.0 / math.pi)), op.Add(h, cubic)))
+    else:
+        inner = op.Erf(op.Mul(h, const(0.7071067811865476)))
+    return op.Mul(op.Mul(h, const(0.5)), op.Add(const(1.0), inner))

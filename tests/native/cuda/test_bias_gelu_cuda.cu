@@ -1,6 +1,7 @@
 // Tests the CUDA bias + GELU (csrc/cuda/bias_gelu.h) against the CPU kernels (csrc/cpu/
 // bias_gelu.h) run in double on exactly the inputs the device sees: float32 inputs, or inputs
-// rounded to bfloat16 first. Covers the vectorised and scalar (odd C, misaligned pointers)
+// rounded to bfloat16 first, for the exact GELU and its tanh approximation. Covers the
+// vectorised and scalar (odd C, misaligned pointers)
 // forward, one and many row groups (and the group cap) in the backward, no bias gradient, N = 0,
 // and run-to-run bitwise reproducibility. Exits with 77 (ctest: skipped) without a CUDA device.
 //
@@ -22,6 +23,7 @@
 namespace {
 
 using namespace pygpt::test;
+using pygpt::GeluApproximation;
 using pygpt::cuda::DType;
 
 constexpr double kFloatTol = 1e-5;
@@ -41,13 +43,14 @@ void expect_values(const std::string& what, const std::vector<float>& got,
   expect_close(what, got.data(), ref.data(), std::min(got.size(), ref.size()), atol, rtol);
 }
 
-void run_case(const Case& c, bool bias_grad, bool bf16, Rng& rng) {
+void run_case(const Case& c, bool bias_grad, bool bf16, GeluApproximation approximate,
+              Rng& rng) {
   const int64_t N = c.N, C = c.C;
   const DType dtype = bf16 ? DType::kBFloat16 : DType::kFloat32;
   const std::string name =
-      format("bias_gelu_cuda<%s> N=%ld C=%ld scale=%g misalign=%d bias_grad=%d",
-             bf16 ? "bf16" : "float", static_cast<long>(N), static_cast<long>(C), c.scale,
-             c.misalign, bias_grad);
+      format("bias_gelu_cuda<%s, %s> N=%ld C=%ld scale=%g misalign=%d bias_grad=%d",
+             bf16 ? "bf16" : "float", approximate == GeluApproximation::kTanh ? "tanh" : "none",
+             static_cast<long>(N), static_cast<long>(C), c.scale, c.misalign, bias_grad);
   std::vector<float> x(N * C), dy(N * C), b(C);
   for (float& e : x) e = static_cast<float>(c.scale * rng.normal());
   for (float& e : dy) e = static_cast<float>(rng.normal());
@@ -58,9 +61,10 @@ void run_case(const Case& c, bool bias_grad, bool bf16, Rng& rng) {
   const std::vector<double> xd(x.begin(), x.end()), bd(b.begin(), b.end()),
       dyd(dy.begin(), dy.end());
   std::vector<double> ref_y(N * C), ref_dx(N * C), ref_db(C, 0.0);
-  pygpt::cpu::bias_gelu_forward<double>(xd.data(), bd.data(), ref_y.data(), C, 0, N);
+  pygpt::cpu::bias_gelu_forward<double>(xd.data(), bd.data(), ref_y.data(), C, 0, N,
+                                        approximate);
   pygpt::cpu::bias_gelu_backward<double>(dyd.data(), xd.data(), bd.data(), ref_dx.data(),
-                                         ref_db.data(), C, 0, N);
+                                         ref_db.data(), C, 0, N, approximate);
 
   const size_t es = bf16 ? 2 : 4, shift = static_cast<size_t>(c.misalign) * es;
   check(shift < kPad, name + ": misalignment fits the buffers' padding");
@@ -70,8 +74,8 @@ void run_case(const Case& c, bool bias_grad, bool bf16, Rng& rng) {
   upload_values(x_d.get(shift), x, bf16);
   upload_values(dy_d.get(shift), dy, bf16);
   upload_values(b_d.get(shift), b, bf16);
-  const cudaError_t fwd = pygpt::cuda::bias_gelu_forward(dtype, x_d.get(shift), b_d.get(shift),
-                                                         y_d.get(shift), N, C, nullptr);
+  const cudaError_t fwd = pygpt::cuda::bias_gelu_forward(
+      dtype, x_d.get(shift), b_d.get(shift), y_d.get(shift), N, C, approximate, nullptr);
   check(fwd == cudaSuccess, name + ": forward launch: " + cudaGetErrorString(fwd));
   PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
   expect_values(name + " y", download_values(y_d.get(shift), N * C, bf16), ref_y, bf16);
@@ -81,7 +85,7 @@ void run_case(const Case& c, bool bias_grad, bool bf16, Rng& rng) {
     void* dbp = bias_grad ? db_d.get(shift) : nullptr;
     const cudaError_t bwd = pygpt::cuda::bias_gelu_backward(
         dtype, dy_d.get(shift), x_d.get(shift), b_d.get(shift), dx_d.get(shift), dbp, N, C,
-        bias_grad ? ws.get() : nullptr, nullptr);
+        bias_grad ? ws.get() : nullptr, approximate, nullptr);
     check(bwd == cudaSuccess, name + ": backward launch: " + cudaGetErrorString(bwd));
     PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
     dx = download_values(dx_d.get(shift), N * C, bf16);
@@ -100,12 +104,13 @@ void check_empty(bool bf16) {
   const DType dtype = bf16 ? DType::kBFloat16 : DType::kFloat32;
   const std::string name = format("bias_gelu_cuda<%s> N=0", bf16 ? "bf16" : "float");
   DeviceBuffer x(64), b(64), y(64), db(64);
-  check(pygpt::cuda::bias_gelu_forward(dtype, x.get(), b.get(), y.get(), 0, 5, nullptr) ==
-            cudaSuccess,
+  check(pygpt::cuda::bias_gelu_forward(dtype, x.get(), b.get(), y.get(), 0, 5,
+                                       GeluApproximation::kNone, nullptr) == cudaSuccess,
         name + ": forward returns cudaSuccess");
   check(pygpt::cuda::bias_gelu_backward_workspace_bytes(0, 5) == 0, name + ": no workspace");
   check(pygpt::cuda::bias_gelu_backward(dtype, y.get(), x.get(), b.get(), y.get(), db.get(), 0, 5,
-                                        nullptr, nullptr) == cudaSuccess,
+                                        nullptr, GeluApproximation::kTanh, nullptr) ==
+            cudaSuccess,
         name + ": backward returns cudaSuccess");
   PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
   bool zeros = true;
@@ -124,8 +129,10 @@ int main() {
       {12, 512, 1.0, 0}, {3, 1031, 1.0, 3}, {200, 24, 1.0, 0}, {70000, 3, 1.0, 0},
   };
   for (bool bf16 : {false, true}) {
-    for (const Case& c : cases) {
-      for (bool bias_grad : {true, false}) run_case(c, bias_grad, bf16, rng);
+    for (GeluApproximation approximate : {GeluApproximation::kNone, GeluApproximation::kTanh}) {
+      for (const Case& c : cases) {
+        for (bool bias_grad : {true, false}) run_case(c, bias_grad, bf16, approximate, rng);
+      }
     }
     check_empty(bf16);
   }
