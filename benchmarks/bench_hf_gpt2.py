@@ -1,25 +1,27 @@
 """pygpt against Hugging Face transformers on a GPT-2-small-shaped model (12 layers, 768 wide,
 12 heads, context 1024, vocab 50257: 124M parameters), both built from the same random weights
-(made locally: a transformers GPT2LMHeadModel saved and converted by pygpt.hf), measured in one
-process, alternated, at each thread count:
+(made locally: a transformers GPT2LMHeadModel saved and converted by pygpt.hf), at each thread
+count:
 
-- training: tokens/s and memory (growth of the process's peak RSS over the steps: the second
-  library measured starts from the first one's peak, so run with and without --hf-first, or read its
-  figure as a lower bound) of one AdamW step at batch 4 x
-  context 256 (pygpt: our kernels and the fused linear + cross-entropy; transformers: its
-  default SDPA attention);
+- training: tokens/s of one AdamW step at batch 4 x context 256 (pygpt: our kernels and the
+  fused linear + cross-entropy; transformers: its default SDPA attention), the two libraries'
+  steps alternated in one process; and the peak memory of such steps, each library in a fresh
+  process of its own (peak RSS, and its growth over the process's RSS once the model is loaded);
 - greedy decoding: tokens/s at batch 1 and 8 from a 32-token prompt for 128 tokens (pygpt's
   cached decode and its torch-free ONNX runner, fp32 and int8; transformers' generate with its
-  cache).
+  cache), alternated call by call.
 
     python benchmarks/bench_hf_gpt2.py --threads 1,2
     python benchmarks/bench_hf_gpt2.py --small      # a tiny model, a smoke run of every path
 
-Ratios are pygpt / transformers (> 1: pygpt faster; memory: < 1 pygpt smaller)."""
+Ratios are transformers' time / pygpt's (> 1: pygpt faster) and pygpt's memory / transformers'
+(< 1: pygpt smaller)."""
 import argparse
 import gc
 import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,16 +44,53 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def timed(fn, repeats):
-    """The median seconds of fn() over repeats calls, and the RSS growth of the first (MB)."""
-    gc.collect()
-    before = peak_rss_mb()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), peak_rss_mb() - before
+def alternated(fns: dict, repeats: int) -> dict:
+    """The median seconds of each of fns, called in turn (one call of each per round) after a
+    warm-up round."""
+    times = {name: [] for name in fns}
+    for round_ in range(repeats + 1):
+        for name, fn in fns.items():
+            gc.collect()
+            start = time.perf_counter()
+            fn()
+            if round_:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def memory_child(root: Path, library: str, threads: int, batch: int, context: int,
+                 vocab: int) -> None:
+    """In a fresh process: loads one library's model, runs two training steps, prints its peak
+    RSS and the RSS it had once loaded (MB)."""
+    torch.set_num_threads(threads)
+    if library == "hf":
+        import transformers
+
+        model = transformers.GPT2LMHeadModel.from_pretrained(root / "hf")
+    else:
+        model, _ = pygpt.load(root / "run")
+    model.train()
+    x = torch.randint(0, vocab, (batch, context), generator=torch.Generator().manual_seed(1))
+    loaded = rss_mb()
+    step = train_step(model, library == "hf", x, torch.roll(x, -1, 1))
+    step()
+    step()
+    print(peak_rss_mb(), loaded)
+
+
+def peak_memory(root: Path, library: str, threads: int, batch: int, context: int,
+                vocab: int) -> tuple[float, float]:
+    """(peak RSS, its growth over the loaded model's RSS) in MB, of memory_child."""
+    out = subprocess.run([sys.executable, __file__, "--memory-child", library, "--root", str(root),
+                          "--threads", str(threads), "--shape", f"{batch},{context},{vocab}"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    peak, loaded = float(out[0]), float(out[1])
+    return peak, peak - loaded
 
 
 def train_step(model, hf: bool, x, y):
@@ -91,9 +130,14 @@ def main():
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     p.add_argument("--small", action="store_true", help="a tiny model: a smoke run")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--hf-first", action="store_true",
-                   help="measure transformers' training step before pygpt's (memory: see above)")
+    p.add_argument("--memory-child", choices=["ours", "hf"], help=argparse.SUPPRESS)
+    p.add_argument("--root", help=argparse.SUPPRESS)
+    p.add_argument("--shape", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.memory_child is not None:
+        batch, context, vocab = map(int, args.shape.split(","))
+        return memory_child(Path(args.root), args.memory_child, int(args.threads), batch,
+                            context, vocab)
     threads = [int(t) for t in args.threads.split(",")]
     config = SMOKE if args.small else GPT2_SMALL
     batch, context, prompt, new = (2, 32, 8, 8) if args.small else (4, 256, 32, 128)
@@ -112,33 +156,38 @@ def main():
             runners = {v: run_onnx.OnnxGPT(str(root / "onnx"), variant=v, threads=n)
                        for v in ("fp32", "int8")}
             hf.train(), ours.train()
-            steps = {"ours": train_step(ours, False, x, y), "hf": train_step(hf, True, x, y)}
-            measured = {name: timed(steps[name], args.repeats)
-                        for name in (("hf", "ours") if args.hf_first else ("ours", "hf"))}
-            (t_ours, m_ours), (t_hf, m_hf) = measured["ours"], measured["hf"]
+            t = alternated({"ours": train_step(ours, False, x, y),
+                            "hf": train_step(hf, True, x, y)}, args.repeats)
+            memory = {lib: peak_memory(root, lib, n, batch, context, config["vocab_size"])
+                      for lib in ("ours", "hf")}
             tokens = batch * context
-            print(f"threads {n} train B={batch}x{context}: pygpt {tokens / t_ours:.0f} tok/s "
-                  f"(+{m_ours:.0f} MB), transformers {tokens / t_hf:.0f} tok/s (+{m_hf:.0f} MB): "
-                  f"speed {t_hf / t_ours:.2f}x")
+            print(f"threads {n} train B={batch}x{context}: pygpt {tokens / t['ours']:.0f} tok/s, "
+                  f"transformers {tokens / t['hf']:.0f} tok/s: speed {t['hf'] / t['ours']:.2f}x; "
+                  f"peak RSS pygpt {memory['ours'][0]:.0f} MB (+{memory['ours'][1]:.0f} over the "
+                  f"loaded model), transformers {memory['hf'][0]:.0f} MB "
+                  f"(+{memory['hf'][1]:.0f}): {memory['ours'][0] / memory['hf'][0]:.2f}x "
+                  f"(growth {memory['ours'][1] / memory['hf'][1]:.2f}x)")
             hf.eval(), ours.eval()
             for rows in (1, 8):
                 ids = torch.randint(0, config["vocab_size"], (rows, prompt), generator=g)
+
+                def run(runner):
+                    for _ in run_onnx.stream(runner, np.asarray(ids), new, greedy=True):
+                        pass
+
                 with torch.inference_mode():
-                    t_hf, _ = timed(lambda: hf.generate(
-                        ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
-                        min_new_tokens=new, do_sample=False, pad_token_id=0), args.repeats)
-                    t_ours, _ = timed(lambda: ours.generate(ids, new,
-                                                            sampling=Sampling(greedy=True)),
-                                      args.repeats)
-                line = (f"threads {n} decode batch {rows}: transformers {rows * new / t_hf:.1f} "
-                        f"tok/s; pygpt cached {rows * new / t_ours:.1f} ({t_hf / t_ours:.2f}x)")
-                for variant, runner in runners.items():
-                    def run():
-                        for _ in run_onnx.stream(runner, np.asarray(ids), new, greedy=True):
-                            pass
-                    t_onnx, _ = timed(run, args.repeats)
-                    line += f"; runner {variant} {rows * new / t_onnx:.1f} ({t_hf / t_onnx:.2f}x)"
-                print(line)
+                    t = alternated({
+                        "transformers": lambda: hf.generate(
+                            ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+                            min_new_tokens=new, do_sample=False, pad_token_id=0),
+                        "pygpt cached": lambda: ours.generate(ids, new,
+                                                              sampling=Sampling(greedy=True)),
+                        **{f"runner {v}": (lambda r=r: run(r)) for v, r in runners.items()}},
+                        args.repeats)
+                base = t.pop("transformers")
+                print(f"threads {n} decode batch {rows}: transformers {rows * new / base:.1f} "
+                      "tok/s; " + "; ".join(f"{name} {rows * new / sec:.1f} ({base / sec:.2f}x)"
+                                            for name, sec in t.items()))
 
 
 if __name__ == "__main__":
