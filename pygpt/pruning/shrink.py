@@ -48,9 +48,9 @@ def check_prunable(cfg: ModelConfig, heads: int, mlp_width: int) -> None:
         if encoding(cfg.pos_encoding).score_bias is not None:
             raise ValueError(f"heads cannot be pruned with pos_encoding {cfg.pos_encoding}: its "
                              "per-head score bias is shared by every layer's heads")
-    if mlp_width < cfg.mlp_width and not cfg.mlp:
+    if mlp_width != cfg.mlp_width and not cfg.mlp:
         raise ValueError("the model has no MLP (mlp off) to prune")
-    if cfg.mlp and not 1 <= mlp_width <= cfg.mlp_width:
+    if not 1 <= mlp_width <= cfg.mlp_width:
         raise ValueError(f"the MLP units kept per layer must be 1 to {cfg.mlp_width}, got "
                          f"{mlp_width}")
 
