@@ -19,15 +19,17 @@ ARCHS = ("gpt", "bert", "seq2seq")
 # refusal in one line before a typo or a hand-edited config.json asks for gigabytes.
 MAX_SIZES = {"vocab_size": 1 << 20, "block_size": 1 << 20, "n_layer": 1 << 10,
              "n_dec_layer": 1 << 10, "n_head": 1 << 10, "n_embd": 1 << 16, "qk_dim": 1 << 16,
-             "v_dim": 1 << 16, "rotary_dim": 1 << 16, "max_distance": 1 << 20,
+             "v_dim": 1 << 16, "mlp_dim": 1 << 20, "rotary_dim": 1 << 16, "max_distance": 1 << 20,
              "type_vocab_size": 1 << 10, "num_labels": 1 << 20}
 MAX_NUMBERS = 1 << 30
 
 
-def opt(default: Any, help: str, family: Optional[str] = None) -> Any:
+def opt(default: Any, help: str, family: Optional[str] = None,
+        listed: Optional[tuple[str, ...]] = None) -> Any:
     """A dataclass field with its --help text; `family`: the one model family (arch) the field
-    applies to, for a model field that not every family has."""
-    return field(default=default, metadata={"help": help, "family": family})
+    applies to, if not every family has it; `listed`: a field saved only where set (not at its
+    default) but always by these families (whose config.json held it before: it stays so)."""
+    return field(default=default, metadata={"help": help, "family": family, "listed": listed})
 
 
 def check_field_types(cfg: Any) -> None:
@@ -112,17 +114,20 @@ class ModelConfig:
     # seq2seq only.
     n_dec_layer: int = opt(0, "seq2seq: decoder blocks (0: as many as --n-layer, the "
                               "encoder's)", "seq2seq")
-    qk_dim: int = opt(0, "seq2seq: width of one head's queries and keys (0: n_embd / n_head)",
-                      "seq2seq")
-    v_dim: int = opt(0, "seq2seq: width of one head's values (0: n_embd / n_head)", "seq2seq")
+    # Widths apart from n_embd (a pruned model's): a config holds them only where set.
+    qk_dim: int = opt(0, "width of one head's queries and keys (0: n_embd / n_head)",
+                      listed=("seq2seq",))
+    v_dim: int = opt(0, "width of one head's values (0: n_embd / n_head)", listed=("seq2seq",))
+    mlp_dim: int = opt(0, "the MLP's hidden width (0: 4 * n_embd)", listed=())
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.n_embd % self.n_head and not (self.qk_dim and self.v_dim):
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
+                             " unless qk_dim and v_dim set the heads' widths")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if encoding(self.pos_encoding).rotary and (not 0 <= self.rotary_dim <= self.qk_head_dim
@@ -134,7 +139,7 @@ class ModelConfig:
         if not self.rope_base > 1.0:
             raise ValueError(f"rope_base must be greater than 1, got {self.rope_base}")
         for name in ("type_vocab_size", "num_labels", "n_dec_layer", "qk_dim", "v_dim",
-                     "max_distance"):
+                     "mlp_dim", "max_distance"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         for name, most in MAX_SIZES.items():
@@ -163,7 +168,7 @@ class ModelConfig:
         layers = self.n_layer + (self.decoder_layers if self.arch == "seq2seq" else 0)
         tables = self.block_size * (d + (layers * self.rotary_width if rotary else 0))
         return (2 * self.vocab_size * d + tables  # token embedding and head; positions
-                + layers * (attention + (8 * d * d if self.mlp else 0))
+                + layers * (attention + (2 * d * self.mlp_width if self.mlp else 0))
                 + (layers - self.n_layer) * attention)  # a decoder's cross-attention
 
     @property
@@ -172,18 +177,23 @@ class ModelConfig:
         return self.n_embd // self.n_head
 
     @property
+    def mlp_width(self) -> int:
+        """The MLP's hidden width (mlp_dim, else 4 * n_embd)."""
+        return self.mlp_dim or 4 * self.n_embd
+
+    @property
     def rotary_width(self) -> int:
         """The channels of a head's queries and keys that rotary rotates."""
         return self.rotary_dim or self.qk_head_dim
 
     @property
     def qk_head_dim(self) -> int:
-        """The width of one head's queries and keys (seq2seq's qk_dim, else head_dim)."""
+        """The width of one head's queries and keys (qk_dim, else head_dim)."""
         return self.qk_dim or self.head_dim
 
     @property
     def v_head_dim(self) -> int:
-        """The width of one head's values (seq2seq's v_dim, else head_dim)."""
+        """The width of one head's values (v_dim, else head_dim)."""
         return self.v_dim or self.head_dim
 
     @property
@@ -269,10 +279,13 @@ class TrainConfig:
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-    """cfg's fields as saved in config.json: a model config's only those of its family."""
+    """cfg's fields as saved in config.json: a model config's only those of its family (and
+    opt's `listed` ones only where set or listed)."""
     arch = getattr(cfg, "arch", None)
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-            if f.metadata.get("family") in (None, arch)}
+            if f.metadata.get("family") in (None, arch)
+            and (f.metadata.get("listed") is None or arch in f.metadata["listed"]
+                 or getattr(cfg, f.name) != f.default)}
 
 
 def config_from_dict(cls: type, d: Any) -> Any:

@@ -31,10 +31,10 @@ LAYERS = [
     ["pygpt.onnx"],  # each family's graphs
     ["pygpt.families"],
     ["pygpt.compat", "pygpt.train_state", "pygpt.checkpoint"],
-    ["pygpt.training"],
+    ["pygpt.training", "pygpt.pruning"],
     ["pygpt.export", "pygpt.hf"],
     ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",
-     "pygpt.translate", "pygpt.attention", "pygpt.convert", "pygpt.serve",
+     "pygpt.translate", "pygpt.attention", "pygpt.convert", "pygpt.serve", "pygpt.prune",
      "pygpt"],  # command lines, and the package's pygpt.load
 ]
 MAX_LINES = 300

@@ -145,8 +145,8 @@ def test_weights_are_shared_and_shaped_by_the_config():
 
 
 @pytest.mark.parametrize("fields, message", [
-    (dict(arch="gpt", qk_dim=8), "qk_dim applies to arch seq2seq only, not gpt"),
-    (dict(arch="bert", n_dec_layer=2, v_dim=4), "n_dec_layer, v_dim apply to arch seq2seq only, "
+    (dict(arch="gpt", n_dec_layer=2), "n_dec_layer applies to arch seq2seq only, not gpt"),
+    (dict(arch="bert", n_dec_layer=2, v_dim=4), "n_dec_layer applies to arch seq2seq only, "
                                                "not bert"),
     (dict(arch="gpt", pooling="mean", nsp=False), "nsp, pooling apply to arch bert only, not gpt"),
     (dict(arch="seq2seq", num_labels=3, qk_dim=-1), "qk_dim must not be negative"),

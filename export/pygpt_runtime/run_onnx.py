@@ -40,8 +40,10 @@ class OnnxGPT:
         self.past_names = self.config["inputs"][1:]
 
     def empty_past(self, batch: int) -> list[np.ndarray]:
-        shape = (batch, self.config["n_head"], 0, self.config["head_dim"])
-        return [np.zeros(shape, dtype=np.float32) for _ in self.past_names]
+        heads = (batch, self.config["n_head"], 0)
+        return [np.zeros((*heads, self.config["v_head_dim" if name.endswith(".value")
+                                              else "head_dim"]), dtype=np.float32)
+                for name in self.past_names]
 
     def step(self, ids: np.ndarray, past: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
         """ids (batch, seq) int64 after the cached positions -> logits (batch, seq, vocab), present."""

@@ -92,6 +92,9 @@ def read_config(folder: Path, family: Optional[str] = None, refusal: str = "") -
     family = config["family"]
     checks: dict[str, Check] = {"tokenizer": _TOKENIZER,
                                 "block_size": (_count, "a positive count"), **FIELDS[family]}
+    if family == "gpt":  # a GPT's values as wide as its keys (head_dim) unless it says otherwise
+        config.setdefault("v_head_dim", config.get("head_dim"))
+        checks["v_head_dim"] = (_count, "a positive count")
     if family == "bert" and config.get("task") == "classify":
         checks["labels"] = (_names, "the list of the classifier's label names")
     missing = [k for k in checks if k not in config]

@@ -22,7 +22,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from pygpt.config import ModelConfig
-from pygpt.hf.mapping import Layout, TensorMap, linear, refuse, setting, stacked
+from pygpt.hf.mapping import (Layout, TensorMap, head_width_reasons, linear, refuse, setting,
+                              stacked)
 
 MODEL_TYPE = "bert"
 ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining",
@@ -155,6 +156,7 @@ def export_config(cfg: ModelConfig, special_tokens: dict[str, int],
         reasons.append(f"pos_encoding is {cfg.pos_encoding!r} (BERT learns absolute positions)")
     if cfg.norm != "post":
         reasons.append(f"norm is {cfg.norm!r} (BERT is post-norm)")
+    reasons += head_width_reasons(cfg)
     for name, why in (("embed_norm", "BERT normalises its embeddings"),
                       ("bias", "BERT's projections have biases"), ("mlp", "BERT's blocks have one"),
                       ("attn_proj", "the seed preset's switch"),
@@ -174,7 +176,7 @@ def export_config(cfg: ModelConfig, special_tokens: dict[str, int],
     hf: dict[str, Any] = {
         "model_type": MODEL_TYPE, "vocab_size": cfg.vocab_size, "hidden_size": cfg.n_embd,
         "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head,
-        "intermediate_size": 4 * cfg.n_embd,
+        "intermediate_size": cfg.mlp_width,
         "hidden_act": TO_HF_ACTIVATION.get(cfg.activation),
         "hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": 0.0,
         "max_position_embeddings": cfg.block_size, "type_vocab_size": cfg.type_vocab_size,

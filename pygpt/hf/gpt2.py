@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from pygpt.config import ModelConfig
-from pygpt.hf.mapping import Layout, TensorMap, linear, refuse, setting
+from pygpt.hf.mapping import (Layout, TensorMap, head_width_reasons, linear, refuse,
+                              setting)
 
 MODEL_TYPE = "gpt2"
 ARCHITECTURES = ("GPT2LMHeadModel", "GPT2Model")
@@ -98,6 +99,7 @@ def export_config(cfg: ModelConfig, special_tokens: dict[str, int],
         reasons.append(f"pos_encoding is {cfg.pos_encoding!r} (GPT-2 learns absolute positions)")
     if cfg.norm != "pre":
         reasons.append(f"norm is {cfg.norm!r} (GPT-2 is pre-norm)")
+    reasons += head_width_reasons(cfg)
     if cfg.embed_norm:
         reasons.append("embed_norm is on (GPT-2 has no norm after the embeddings)")
     if cfg.head_bias:
@@ -106,7 +108,7 @@ def export_config(cfg: ModelConfig, special_tokens: dict[str, int],
     eos = special_tokens.get("<|endoftext|>")
     hf = {"architectures": ["GPT2LMHeadModel"], "model_type": MODEL_TYPE,
           "vocab_size": cfg.vocab_size, "n_positions": cfg.block_size, "n_embd": cfg.n_embd,
-          "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_inner": None,
+          "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_inner": cfg.mlp_dim or None,
           "activation_function": TO_HF_ACTIVATION[cfg.activation],
           "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": 0.0,
           "layer_norm_epsilon": cfg.norm_eps, "initializer_range": 0.02,

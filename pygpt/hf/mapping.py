@@ -81,3 +81,12 @@ def refuse(what: str, reasons: list[str]) -> None:
     """One ValueError listing every option (reasons) that stops the conversion of what."""
     if reasons:
         raise ValueError(f"cannot convert {what}: {'; '.join(reasons)}")
+
+
+def head_width_reasons(cfg: ModelConfig) -> list[str]:
+    """Why Hugging Face's GPT-2 and BERT cannot hold cfg's heads: theirs are n_embd / n_head
+    wide, queries, keys and values alike (a pruned model's keep their width as n_head falls)."""
+    usual = cfg.n_embd // cfg.n_head if cfg.n_embd % cfg.n_head == 0 else None
+    return [f"{name} is {getattr(cfg, name)} (Hugging Face's heads are n_embd / n_head"
+            + (f" = {usual}" if usual else f", and {cfg.n_embd} / {cfg.n_head} is no whole number")
+            + " wide)" for name in ("qk_dim", "v_dim") if getattr(cfg, name) not in (0, usual)]

@@ -22,7 +22,7 @@ def _attention(cfg: ModelConfig, *, causal: bool, cross: bool = False) -> MultiH
 
 
 def _mlp(cfg: ModelConfig) -> Optional[MLP]:
-    return (MLP(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias, dropout=cfg.dropout,
+    return (MLP(cfg.n_embd, cfg.mlp_width, bias=cfg.bias, dropout=cfg.dropout,
                 activation=cfg.activation) if cfg.mlp else None)
 
 

@@ -43,8 +43,8 @@ def io_names(n_layer: int) -> tuple[list[str], list[str]]:
 
 def empty_past(model: GPT, batch: int) -> Past:
     cfg = model.config
-    shape = (batch, cfg.n_head, 0, cfg.head_dim)
-    return [(torch.zeros(shape), torch.zeros(shape)) for _ in range(cfg.n_layer)]
+    return [(torch.zeros(batch, cfg.n_head, 0, cfg.qk_head_dim),
+             torch.zeros(batch, cfg.n_head, 0, cfg.v_head_dim)) for _ in range(cfg.n_layer)]
 
 
 def _to_onnx(model: GPT, path: Path) -> None:
@@ -54,11 +54,10 @@ def _to_onnx(model: GPT, path: Path) -> None:
     batch = Dim("batch", min=1, max=4096)
     seq = Dim("seq", min=1, max=cfg.block_size)
     past_len = Dim("past", min=0, max=cfg.block_size)
-    head_dim = cfg.head_dim
     # Example inputs with distinct sizes so no dimension gets specialised to a constant.
     ids = torch.zeros(2, 3, dtype=torch.long)
-    past = [(torch.zeros(2, cfg.n_head, 4, head_dim), torch.zeros(2, cfg.n_head, 4, head_dim))
-            for _ in range(cfg.n_layer)]
+    past = [(torch.zeros(2, cfg.n_head, 4, cfg.qk_head_dim),
+             torch.zeros(2, cfg.n_head, 4, cfg.v_head_dim)) for _ in range(cfg.n_layer)]
     dynamic = {"input_ids": {0: batch, 1: seq},
                "past": [({0: batch, 2: past_len}, {0: batch, 2: past_len})] * cfg.n_layer}
     inputs, outputs = io_names(cfg.n_layer)
@@ -93,7 +92,10 @@ def export_gpt(model: GPT, tokenizer, out_dir: Path, quantize: Optional[str] = N
     cfg = model.config
     runner_config = {"family": "gpt", "task": "generate", "vocab_size": cfg.vocab_size,
                      "block_size": cfg.block_size, "window_keep": window_keep(cfg.block_size),
-                     "n_layer": cfg.n_layer, "n_head": cfg.n_head, "head_dim": cfg.head_dim,
+                     "n_layer": cfg.n_layer, "n_head": cfg.n_head, "head_dim": cfg.qk_head_dim,
+                     # Values as wide as keys (head_dim) unless said otherwise.
+                     **({"v_head_dim": cfg.v_head_dim} if cfg.v_head_dim != cfg.qk_head_dim
+                        else {}),
                      "inputs": io_names(cfg.n_layer)[0], "outputs": io_names(cfg.n_layer)[1]}
     return write_export(Path(out_dir), {ONNX_FP32: lambda path: _to_onnx(model, path)},
                         lambda folder: _check_against_torch(model, folder / ONNX_FP32),
