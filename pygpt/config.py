@@ -214,6 +214,10 @@ class TrainConfig:
     val_src: Optional[str] = opt(None, "seq2seq: validation sources (default: a fixed 1 in 20 "
                                        "training pairs, at most 2000, held out)")
     val_tgt: Optional[str] = opt(None, "seq2seq: the validation sources' translations")
+    distill_from: Optional[str] = opt(None, "a teacher checkpoint to distil (never modified)")
+    distill_temperature: float = opt(2.0, "distillation: the softmax temperature T")
+    distill_alpha: float = opt(0.5, "distillation: loss = alpha * T^2 * KL(teacher || student) "
+                                    "+ (1 - alpha) * the usual loss")
     out: str = opt("out", "output folder for the checkpoint, metrics and plots")
     batch_size: int = opt(12, "sequences per micro-batch")
     max_tokens: int = opt(4096, "seq2seq: tokens per micro-batch (sources + targets, padding "
@@ -264,8 +268,11 @@ class TrainConfig:
         for name in ("beta1", "beta2", "label_smoothing"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if not 0.0 <= self.cooldown_frac <= 1.0:
-            raise ValueError(f"cooldown_frac must be in [0, 1], got {self.cooldown_frac}")
+        if not (math.isfinite(self.distill_temperature) and self.distill_temperature > 0):
+            raise ValueError(f"distill_temperature must be > 0, got {self.distill_temperature}")
+        for name in ("cooldown_frac", "distill_alpha"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

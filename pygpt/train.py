@@ -122,7 +122,7 @@ def _absolute_paths(cfg: TrainConfig) -> TrainConfig:
     another directory reads the same files. (No --data stays None: the shipped text.)"""
     return dataclasses.replace(cfg, **{name: os.path.abspath(getattr(cfg, name))
                                        for name in ("data", "val_data", "init_from",
-                                                    *TRANSLATION_FILES)
+                                                    "distill_from", *TRANSLATION_FILES)
                                        if getattr(cfg, name) is not None})
 
 

@@ -31,6 +31,7 @@ from pygpt.families import Family, family
 from pygpt.plot import plot_runs
 from pygpt.run_files import LOSS_PLOT, METRICS
 from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, WordPieceTokenizer
+from pygpt.training.distill import Distillation, load_teacher
 from pygpt.training.distributed import Distributed
 from pygpt.training.metrics_log import append_metrics, truncate_metrics
 from pygpt.training.optim import lr_at, make_optimizer, warmup_warning
@@ -74,12 +75,13 @@ def evaluate(model: torch.nn.Module, task: Task, cfg: TrainConfig,
 
 def make_tokenizer(family: Family, model_cfg: ModelConfig, cfg: TrainConfig,
                    resume: bool) -> Tokenizer:
-    """The run's own tokenizer when resuming, the source's when fine-tuning, else a new one
-    learned from the family's text with the family's special tokens."""
+    """The run's own tokenizer when resuming, the source's when fine-tuning, the teacher's when
+    distilling, else a new one learned from the family's text with the family's special
+    tokens."""
     if resume:
         return checkpoint.read_tokenizer(cfg.out)
-    if cfg.init_from is not None:
-        return checkpoint.read_tokenizer(cfg.init_from)
+    if cfg.init_from is not None or cfg.distill_from is not None:
+        return checkpoint.read_tokenizer(cfg.init_from or cfg.distill_from)
     text, specials = family.tokenizer_text(cfg), family.specials
     if cfg.tokenizer == "wordpiece":
         return WordPieceTokenizer.train(text, model_cfg.vocab_size)
@@ -154,8 +156,10 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
         print(warning, file=sys.stderr)
     if ranks.world > 1:  # each rank its own dropout masks
         torch.manual_seed(cfg.seed + 1_000_003 * ranks.rank + step)
+    teacher = (load_teacher(cfg, model_cfg, tokenizer, labels) if cfg.distill_from is not None
+               else None)
     model.train()
-    forward = ranks.wrap(model)
+    forward = ranks.wrap(model if teacher is None else Distillation(model, teacher, fam, cfg))
     forward = torch.compile(forward) if cfg.compile else forward
 
     saved = step if resume else None  # the step of the checkpoint in out
