@@ -42,34 +42,46 @@ def tokenizer_difference(student: Tokenizer, teacher: Tokenizer) -> Optional[str
     return "the same tokens but other settings (the tokenizer files differ)"
 
 
-def load_teacher(cfg: TrainConfig, model_cfg: ModelConfig, tokenizer: Tokenizer,
-                 labels: Optional[list[str]]) -> nn.Module:
-    """The teacher of cfg.distill_from (eval mode, no gradients), checked against the student:
-    ValueError (one line) if it is of another family, has another tokenizer, a shorter
-    context, or another task (a classifier teacher for a classifier with the same labels)."""
+class Teacher(NamedTuple):
+    model: nn.Module  # eval mode, no gradients
+    tokenizer: Tokenizer
+    labels: Optional[list[str]]  # a classifier's
+    where: str  # how errors name it
+
+
+def load_teacher(cfg: TrainConfig, model_cfg: ModelConfig) -> Teacher:
+    """The teacher of cfg.distill_from, checked against the student's settings: ValueError (one
+    line) if it is of another family, has a shorter context, or is a classifier for another
+    task than classification (or not one for it)."""
     path = Path(cfg.distill_from)
     if path.resolve() == Path(cfg.out).resolve():
         raise ValueError("--distill-from and --out must differ: the teacher is never modified")
     with torch.random.fork_rng(devices=[]):  # building it must not move the student's RNG
-        teacher, teacher_tokenizer = checkpoint.load(path, kernels=cfg.kernels,
-                                                     device=cfg.device)
-    where = f"the teacher {path}"
-    if teacher.config.arch != model_cfg.arch:
-        raise ValueError(f"{where} is a {teacher.config.arch}, the student a {model_cfg.arch}: "
-                         "distillation needs one family")
-    difference = tokenizer_difference(tokenizer, teacher_tokenizer)
+        model, tokenizer = checkpoint.load(path, kernels=cfg.kernels, device=cfg.device)
+    teacher = Teacher(model.requires_grad_(False), tokenizer, checkpoint.load_labels(path),
+                      f"the teacher {path}")
+    if model.config.arch != model_cfg.arch:
+        raise ValueError(f"{teacher.where} is a {model.config.arch}, the student a "
+                         f"{model_cfg.arch}: distillation needs one family")
+    if model.config.block_size < model_cfg.block_size:
+        raise ValueError(f"{teacher.where} has a context of {model.config.block_size}, shorter "
+                         f"than the student's {model_cfg.block_size}")
+    if cfg.task == "classify" and teacher.labels is None:
+        raise ValueError(f"{teacher.where} is not a classifier: --task classify distils one")
+    if cfg.task != "classify" and teacher.labels is not None:
+        raise ValueError(f"{teacher.where} is a classifier: it distils --task classify only")
+    return teacher
+
+
+def check_teacher(teacher: Teacher, tokenizer: Tokenizer, labels: Optional[list[str]]) -> None:
+    """ValueError (one line) unless the teacher has the student's tokenizer and labels (a
+    classifier's, the task's; None for pretraining)."""
+    difference = tokenizer_difference(tokenizer, teacher.tokenizer)
     if difference is not None:
-        raise ValueError(f"{where} has another tokenizer: {difference}")
-    if teacher.config.block_size < model_cfg.block_size:
-        raise ValueError(f"{where} has a context of {teacher.config.block_size}, shorter than "
-                         f"the student's {model_cfg.block_size}")
-    teacher_labels = checkpoint.load_labels(path)
-    if cfg.task == "classify" and teacher_labels != labels:
-        shown = "no labels (not a classifier)" if teacher_labels is None else teacher_labels
-        raise ValueError(f"{where} has {shown}, the student's labels are {labels}")
-    if cfg.task != "classify" and teacher_labels is not None:
-        raise ValueError(f"{where} is a classifier: it distils --task classify only")
-    return teacher.requires_grad_(False)
+        raise ValueError(f"{teacher.where} has another tokenizer: {difference}")
+    if teacher.labels != labels:
+        raise ValueError(f"{teacher.where} has the labels {teacher.labels}, the student "
+                         f"{labels}")
 
 
 class Distillation(nn.Module):
@@ -78,6 +90,7 @@ class Distillation(nn.Module):
     in eval mode whatever mode this module is put in."""
 
     def __init__(self, student: nn.Module, teacher: nn.Module, fam: Family, cfg: TrainConfig):
+        """teacher: its model (Teacher.model)."""
         super().__init__()
         self.student, self.teacher, self.family = student, teacher.eval(), fam
         self.temperature, self.alpha = cfg.distill_temperature, cfg.distill_alpha

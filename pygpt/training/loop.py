@@ -31,7 +31,7 @@ from pygpt.families import Family, family
 from pygpt.plot import plot_runs
 from pygpt.run_files import LOSS_PLOT, METRICS
 from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, WordPieceTokenizer
-from pygpt.training.distill import Distillation, load_teacher
+from pygpt.training.distill import Distillation, check_teacher, load_teacher
 from pygpt.training.distributed import Distributed
 from pygpt.training.metrics_log import append_metrics, truncate_metrics
 from pygpt.training.optim import lr_at, make_optimizer, warmup_warning
@@ -113,6 +113,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     out = Path(cfg.out)
     ranks = Distributed(cfg.device)
     fam = family(model_cfg.arch)
+    teacher = load_teacher(cfg, model_cfg) if cfg.distill_from is not None else None
     # Rank 0 learns the tokenizer and writes the token cache; the others take both from it.
     tokenizer = ranks.share_tokenizer(make_tokenizer(fam, model_cfg, cfg, resume)
                                       if ranks.is_main else None)
@@ -129,6 +130,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
                              "classify sets it from the data's labels, and pretraining keeps "
                              "the labels of an --init-from or --resume classifier")
         labels = checkpoint.load_labels(cfg.out if resume else cfg.init_from)
+    if teacher is not None:
+        check_teacher(teacher, tokenizer, task.labels)
 
     torch.manual_seed(cfg.seed)
     model = fam.build(model_cfg, kernels=cfg.kernels, train_cfg=cfg).to(cfg.device)
@@ -156,10 +159,9 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
         print(warning, file=sys.stderr)
     if ranks.world > 1:  # each rank its own dropout masks
         torch.manual_seed(cfg.seed + 1_000_003 * ranks.rank + step)
-    teacher = (load_teacher(cfg, model_cfg, tokenizer, labels) if cfg.distill_from is not None
-               else None)
     model.train()
-    forward = ranks.wrap(model if teacher is None else Distillation(model, teacher, fam, cfg))
+    forward = ranks.wrap(model if teacher is None
+                         else Distillation(model, teacher.model, fam, cfg))
     forward = torch.compile(forward) if cfg.compile else forward
 
     saved = step if resume else None  # the step of the checkpoint in out
