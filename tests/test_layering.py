@@ -27,7 +27,7 @@ LAYERS = [
     ["pygpt.models"],
     ["pygpt.inspect"],  # a model's attention taken apart, drawn and explained
     ["pygpt.tasks"],  # what a family trains for
-    ["pygpt.onnx.graph"],
+    ["pygpt.onnx.int8", "pygpt.onnx.graph"],  # int8 quantization; the graphs' common parts
     ["pygpt.onnx"],  # each family's graphs
     ["pygpt.families"],
     ["pygpt.compat", "pygpt.train_state", "pygpt.checkpoint"],

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.data.text import read_chunks
 from pygpt.nn.distill_loss import LogitRows
+from pygpt.onnx.int8 import Int8Settings
 from pygpt.tokenizer import Specials, Tokenizer
 from pygpt.tasks import Task
 
@@ -90,8 +91,9 @@ class Family:
         raise NotImplementedError
 
     def export(self, model: nn.Module, tokenizer: Tokenizer, labels: Optional[list[str]],
-               out_dir: Path, quantize: Optional[str]) -> list[Path]:
-        """Writes the ONNX export folder of a loaded model; returns the files written."""
+               out_dir: Path, quantize: Optional[Int8Settings]) -> list[Path]:
+        """Writes the ONNX export folder of a loaded model (with quantize, the int8 copies of its
+        graphs too); returns the files written."""
         raise NotImplementedError
 
     def next_command(self, ckpt: str, model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
