@@ -182,6 +182,8 @@ def rows_of(args, runs: dict[str, Path], work: Path) -> dict[str, dict]:
 
 def interval(values: list[float]) -> str:
     mean = statistics.mean(values)
+    if all(float(v).is_integer() for v in values) and len(set(values)) == 1:
+        return f"{int(values[0]):,}"
     half = 1.96 * statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
     return f"{mean:.3f} ± {half:.3f}"
 
