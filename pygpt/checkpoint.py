@@ -25,7 +25,8 @@ from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from pygpt.compat import upgrade_config, upgrade_model, upgrade_weights
-from pygpt.config import ModelConfig, TrainConfig, config_from_dict, to_dict
+from pygpt.config import ModelConfig, TrainConfig
+from pygpt.config_fields import config_from_dict, to_dict
 from pygpt.data.labelled import check_label
 from pygpt.io import FolderWrite, read_committed, recover_folder
 from pygpt.families import build

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import typing
-from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from dataclasses import dataclass
+from typing import Literal, Optional
 
+from pygpt.config_fields import check_field_types, opt
 from pygpt.positions import ENCODINGS, encoding
 
 # The kernel sets a model can run on (see pygpt.kernels): ours, and the plain-PyTorch reference.
@@ -22,40 +22,6 @@ MAX_SIZES = {"vocab_size": 1 << 20, "block_size": 1 << 20, "n_layer": 1 << 10,
              "v_dim": 1 << 16, "mlp_dim": 1 << 20, "rotary_dim": 1 << 16, "max_distance": 1 << 20,
              "type_vocab_size": 1 << 10, "num_labels": 1 << 20}
 MAX_NUMBERS = 1 << 30
-
-
-def opt(default: Any, help: str, family: Optional[str] = None,
-        listed: Optional[tuple[str, ...]] = None) -> Any:
-    """A dataclass field with its --help text; `family`: the one model family (arch) the field
-    applies to, if not every family has it; `listed`: a field saved only where set (not at its
-    default) but always by these families (whose config.json held it before: it stays so)."""
-    return field(default=default, metadata={"help": help, "family": family, "listed": listed})
-
-
-def check_field_types(cfg: Any) -> None:
-    """Raises ValueError for a field whose value has the wrong type (say, from a hand-edited
-    config.json): a float width, a string for a switch. An int is accepted where a float is due."""
-    hints = typing.get_type_hints(type(cfg))
-    for f in dataclasses.fields(cfg):
-        value, hint = getattr(cfg, f.name), hints[f.name]
-        args = typing.get_args(hint)
-        if typing.get_origin(hint) is typing.Union and type(None) in args:
-            if value is None:
-                continue
-            hint = next(a for a in args if a is not type(None))
-        if typing.get_origin(hint) is typing.Literal:
-            if value not in typing.get_args(hint):
-                choices = " or ".join(repr(c) for c in typing.get_args(hint))
-                raise ValueError(f"{f.name} must be {choices}, got {value!r}")
-            continue
-        elif hint is float:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        elif hint is int:
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        else:
-            ok = isinstance(value, hint)
-        if not ok:
-            raise ValueError(f"{f.name} must be {getattr(hint, '__name__', hint)}, got {value!r}")
 
 
 @dataclass
@@ -224,6 +190,10 @@ class TrainConfig:
     val_src: Optional[str] = opt(None, "seq2seq: validation sources (default: a fixed 1 in 20 "
                                        "training pairs, at most 2000, held out)")
     val_tgt: Optional[str] = opt(None, "seq2seq: the validation sources' translations")
+    distill_from: Optional[str] = opt(None, "a teacher checkpoint to distil (never modified)")
+    distill_temperature: float = opt(2.0, "distillation: the softmax temperature T")
+    distill_alpha: float = opt(0.5, "distillation: loss = alpha * T^2 * KL(teacher || student) "
+                                    "+ (1 - alpha) * the usual loss")
     out: str = opt("out", "output folder for the checkpoint, metrics and plots")
     batch_size: int = opt(12, "sequences per micro-batch")
     max_tokens: int = opt(4096, "seq2seq: tokens per micro-batch (sources + targets, padding "
@@ -274,27 +244,8 @@ class TrainConfig:
         for name in ("beta1", "beta2", "label_smoothing"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if not 0.0 <= self.cooldown_frac <= 1.0:
-            raise ValueError(f"cooldown_frac must be in [0, 1], got {self.cooldown_frac}")
-
-
-def to_dict(cfg: Any) -> dict[str, Any]:
-    """cfg's fields as saved in config.json: a model config's only those of its family (and
-    opt's `listed` ones only where set or listed)."""
-    arch = getattr(cfg, "arch", None)
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-            if f.metadata.get("family") in (None, arch)
-            and (f.metadata.get("listed") is None or arch in f.metadata["listed"]
-                 or getattr(cfg, f.name) != f.default)}
-
-
-def config_from_dict(cls: type, d: Any) -> Any:
-    """A ModelConfig or TrainConfig from its saved dict; a clear ValueError for anything else
-    (unknown or missing keys, wrong types), e.g. a file from another version or hand-edited."""
-    if not isinstance(d, dict):
-        raise ValueError(f"expected the {cls.__name__} settings as a JSON object, got {d!r}")
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} keys {unknown}")
-    return cls(**d)
+        if not (math.isfinite(self.distill_temperature) and self.distill_temperature > 0):
+            raise ValueError(f"distill_temperature must be > 0, got {self.distill_temperature}")
+        for name in ("cooldown_frac", "distill_alpha"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")

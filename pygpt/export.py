@@ -5,7 +5,8 @@ pygpt.onnx.gpt; a BERT one encoder graph, pygpt.onnx.bert; a translator an encod
 decoder graphs, pygpt.onnx.seq2seq), beside `tokenizer.json` and `runner.json`, which tells the
 torch-free runner what the folder holds. The --out folder must be new, empty or an earlier export
 (never the checkpoint's own folder). `--quantize int8` also writes the int8 weight-quantized
-graphs (onnxruntime's own tooling).
+graphs (onnxruntime's dynamic quantizer, pygpt.onnx.int8), as --int8-weights (qint8 or quint8),
+--int8-per-channel and --int8-exclude (parts kept in float32) say; runner.json records how.
 
 pygpt's custom ops are translated to standard ONNX ops (attention into MatMul/Softmax with its
 mask, layer norm into LayerNormalization), so the graphs run in stock onnxruntime with no
@@ -25,6 +26,7 @@ from pygpt import checkpoint
 from pygpt.families import family
 from pygpt.io import committed_path, is_leftover, read_committed
 from pygpt.onnx.graph import OPSET, TRANSLATIONS
+from pygpt.onnx.int8 import PARTS, WEIGHT_TYPES, Int8Settings
 from pygpt.run_files import CONFIG, RUNNER_CONFIG, WEIGHTS
 from pygpt.training.run_folder import LOCK, RunFolder
 from pygpt_runtime.onnx_text import read_config as read_runner_config
@@ -59,17 +61,21 @@ def check_out(ckpt: Path, out: Path) -> None:
                          "export into a new or empty folder, or over an earlier export") from None
 
 
-def export(ckpt: Union[str, Path], out_dir: Union[str, Path],
-           quantize: Optional[str] = None) -> list[Path]:
+def export(ckpt: Union[str, Path], out_dir: Union[str, Path], quantize: Optional[str] = None,
+           int8: Optional[Int8Settings] = None) -> list[Path]:
     """Exports the checkpoint folder ckpt into out_dir with its family's exporter; returns the
-    files written."""
+    files written. quantize "int8": the int8 graphs too, made as int8 says (default: QInt8
+    weights, per tensor, every part quantized)."""
     if quantize not in (None, "int8"):
         raise ValueError(f"--quantize supports only int8, got {quantize!r}")
+    if int8 is not None and quantize is None:
+        raise ValueError("the --int8-* settings need --quantize int8")
+    settings = (int8 or Int8Settings()) if quantize == "int8" else None
     check_out(Path(ckpt), Path(out_dir))
     with RunFolder(out_dir, what="export"):
         model, tokenizer = checkpoint.load(ckpt, kernels="ext")
         return family(model.config.arch).export(model, tokenizer, checkpoint.load_labels(ckpt),
-                                                Path(out_dir), quantize)
+                                                Path(out_dir), settings)
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -78,9 +84,19 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--out", default=None, help="output folder (default: <ckpt>/onnx)")
     parser.add_argument("--quantize", choices=["int8"], default=None,
                         help="also write an int8 weight-quantized model")
+    parser.add_argument("--int8-weights", choices=WEIGHT_TYPES, default=None,
+                        help="int8: the weights' type (default qint8; quint8 can be the more "
+                             "accurate for small BERTs)")
+    parser.add_argument("--int8-per-channel", action="store_true",
+                        help="int8: one scale per output channel instead of per tensor")
+    parser.add_argument("--int8-exclude", nargs="+", choices=PARTS, default=[],
+                        help="int8: parts kept in float32 (head: the output layer)")
     args = parser.parse_args(argv)
+    given = args.int8_weights is not None or args.int8_per_channel or args.int8_exclude
     try:
-        written = export(args.ckpt, args.out or Path(args.ckpt) / "onnx", args.quantize)
+        int8 = (Int8Settings(args.int8_weights or "qint8", args.int8_per_channel,
+                             tuple(args.int8_exclude)) if given else None)
+        written = export(args.ckpt, args.out or Path(args.ckpt) / "onnx", args.quantize, int8)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         raise SystemExit(f"error: {e}") from None
     except OSError as e:  # e.g. an --out that cannot be written

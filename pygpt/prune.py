@@ -25,7 +25,8 @@ from typing import Optional
 import torch
 
 from pygpt import checkpoint
-from pygpt.config import TrainConfig, config_from_dict
+from pygpt.config import TrainConfig
+from pygpt.config_fields import config_from_dict
 from pygpt.data.text import check_data_file
 from pygpt.families import family
 from pygpt.presets import preset

@@ -22,7 +22,8 @@ from typing import Any, Optional
 
 from pygpt import checkpoint
 from pygpt.cli import add_dataclass_flags, overrides
-from pygpt.config import ModelConfig, TrainConfig, config_from_dict
+from pygpt.config import ModelConfig, TrainConfig
+from pygpt.config_fields import config_from_dict
 from pygpt.data.text import check_data_file
 from pygpt.families import FAMILIES, family
 from pygpt.families.base import TRANSLATION_FILES
@@ -122,7 +123,7 @@ def _absolute_paths(cfg: TrainConfig) -> TrainConfig:
     another directory reads the same files. (No --data stays None: the shipped text.)"""
     return dataclasses.replace(cfg, **{name: os.path.abspath(getattr(cfg, name))
                                        for name in ("data", "val_data", "init_from",
-                                                    *TRANSLATION_FILES)
+                                                    "distill_from", *TRANSLATION_FILES)
                                        if getattr(cfg, name) is not None})
 
 

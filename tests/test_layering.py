@@ -17,8 +17,8 @@ PACKAGE = REPO / "pygpt"
 # Lowest first. A module belongs to the first layer with a prefix that names it or its package.
 LAYERS = [
     ["pygpt._build_info", "pygpt.commit_marker", "pygpt.io", "pygpt.serializers",
-     "pygpt.run_files", "pygpt.positions", "pygpt.config", "pygpt.presets", "pygpt.cli",
-     "pygpt.cpu_isa"],
+     "pygpt.run_files", "pygpt.positions", "pygpt.config_fields", "pygpt.config",
+     "pygpt.presets", "pygpt.cli", "pygpt.cpu_isa"],
     ["pygpt.tokenizer", "pygpt.tokenizer_training", "pygpt.data", "pygpt.ops", "pygpt.plot",
      "pygpt.tasks.bleu"],
     ["pygpt.kernels"],
@@ -27,7 +27,7 @@ LAYERS = [
     ["pygpt.models"],
     ["pygpt.inspect"],  # a model's attention taken apart, drawn and explained
     ["pygpt.tasks"],  # what a family trains for
-    ["pygpt.onnx.graph"],
+    ["pygpt.onnx.int8", "pygpt.onnx.graph"],  # int8 quantization; the graphs' common parts
     ["pygpt.onnx"],  # each family's graphs
     ["pygpt.families"],
     ["pygpt.compat", "pygpt.train_state", "pygpt.checkpoint"],

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from helpers import TINY, close, rand_tokens, spread_, state_dicts_equal
-from pygpt.config import ModelConfig, to_dict
+from pygpt.config import ModelConfig
+from pygpt.config_fields import to_dict
 from pygpt.families import build
 from pygpt.pruning import choose, importance, masked, ones_masks, shrink
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from torch import nn
+from torch import Tensor, nn
 
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.data.text import read_chunks
+from pygpt.nn.distill_loss import LogitRows
+from pygpt.onnx.int8 import Int8Settings
 from pygpt.tokenizer import Specials, Tokenizer
 from pygpt.tasks import Task
 
@@ -81,9 +83,17 @@ class Family:
         """The training task on the run's data; labels: those a resumed run saved, if any."""
         raise NotImplementedError
 
+    def distill_rows(self, model: nn.Module, batch: dict[str, Tensor],
+                     with_output: bool) -> tuple[Any, LogitRows]:
+        """What distillation compares (pygpt.nn.distill_loss): the model's logits at the rows its
+        loss counts, on a training batch (the forward's keyword arguments), as LogitRows; and
+        with_output, the model's usual output (its loss) from the same pass, else None."""
+        raise NotImplementedError
+
     def export(self, model: nn.Module, tokenizer: Tokenizer, labels: Optional[list[str]],
-               out_dir: Path, quantize: Optional[str]) -> list[Path]:
-        """Writes the ONNX export folder of a loaded model; returns the files written."""
+               out_dir: Path, quantize: Optional[Int8Settings]) -> list[Path]:
+        """Writes the ONNX export folder of a loaded model (with quantize, the int8 copies of its
+        graphs too); returns the files written."""
         raise NotImplementedError
 
     def next_command(self, ckpt: str, model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:

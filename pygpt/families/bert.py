@@ -9,7 +9,9 @@ from pygpt.onnx.bert import export_bert
 from pygpt.families.base import Family
 from pygpt.data.labelled import read_labelled
 from pygpt.data.mlm import MLMBatches
+from pygpt.data.common import IGNORE_INDEX
 from pygpt.models import BERT
+from pygpt.nn.distill_loss import LogitRows
 from pygpt.tasks import Classification, MaskedLanguageModelling
 
 CLASSIFY_PRESET = "bert-classify"  # the preset of --task classify
@@ -55,6 +57,18 @@ class BERTFamily(Family):
         return MaskedLanguageModelling(MLMBatches.from_file(train_cfg.data, tokenizer,
                                                             model_cfg.block_size,
                                                             nsp=model_cfg.nsp))
+
+    def distill_rows(self, model, batch, with_output):
+        """A classifier's logits (classification), or the masked-LM head's at the masked
+        positions (pretraining; next-sentence prediction is not distilled)."""
+        if "labels" in batch:
+            output = model(**batch)
+            return (output if with_output else None), LogitRows(output.logits)
+        h = model.encode(batch["input_ids"], batch["segment_ids"], batch["lengths"])
+        masked = model.mlm.features(h[batch["mlm_labels"] != IGNORE_INDEX])
+        rows = LogitRows(masked, model.mlm.decoder.weight, model.mlm.decoder.bias)
+        return (model.heads(h, batch["lengths"], batch["mlm_labels"], batch["nsp_labels"])
+                if with_output else None), rows
 
     def export(self, model, tokenizer, labels, out_dir, quantize):
         return export_bert(model, tokenizer, labels, out_dir, quantize)

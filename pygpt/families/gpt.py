@@ -8,6 +8,7 @@ from pygpt.data.text import TokenFile
 from pygpt.onnx.gpt import export_gpt
 from pygpt.families.base import Family
 from pygpt.models import GPT
+from pygpt.nn.distill_loss import LogitRows
 from pygpt.tasks import LanguageModelling
 
 
@@ -22,6 +23,12 @@ class GPTFamily(Family):
         ranks.barrier()
         return LanguageModelling(token_file or TokenFile.load(train_cfg.data, tokenizer),
                                  model_cfg.block_size)
+
+    def distill_rows(self, model, batch, with_output):
+        """Every position's next-token logits."""
+        x = model.features(batch["idx"])
+        rows = LogitRows(x.reshape(-1, x.shape[-1]), model.lm_head.weight, model.lm_head.bias)
+        return (model.head(x, batch["targets"]) if with_output else None), rows
 
     def export(self, model, tokenizer, labels, out_dir, quantize):
         return export_gpt(model, tokenizer, out_dir, quantize)

@@ -8,7 +8,9 @@ import sys
 
 from pygpt.onnx.seq2seq import export_seq2seq
 from pygpt.families.base import TRANSLATION_FILES, Family, flag
+from pygpt.data.common import IGNORE_INDEX
 from pygpt.models import Seq2Seq
+from pygpt.nn.distill_loss import LogitRows
 from pygpt.tokenizer import SEQ2SEQ_SPECIALS
 from pygpt.tasks.translation import Translation, joint_text
 
@@ -60,6 +62,13 @@ class TranslatorFamily(Family):
             if ranks.is_main and (corpus.skipped_empty or corpus.skipped_long):
                 print(f"note: {name} split: {corpus.summary}", file=sys.stderr)
         return task
+
+    def distill_rows(self, model, batch, with_output):
+        """The next-token logits at each real (unpadded) target position."""
+        x = model.decode_features(batch["tgt_in"], model.encode(batch["src"], batch["src_lengths"]),
+                                  batch["src_lengths"], tgt_lengths=batch["tgt_lengths"])
+        rows = LogitRows(x[batch["tgt_out"] != IGNORE_INDEX], model.out.weight, model.out.bias)
+        return (model.head(x, batch["tgt_out"]) if with_output else None), rows
 
     def export(self, model, tokenizer, labels, out_dir, quantize):
         return export_seq2seq(model, tokenizer, out_dir, quantize)

@@ -52,7 +52,11 @@ class MaskedLMHead(KernelModule):
         self.decoder = nn.Linear(dim, vocab_size)  # its weight is tied to the token embedding
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.norm(F.gelu(self.transform(h), approximate=self.approximate)))
+        return self.decoder(self.features(h))
+
+    def features(self, h: torch.Tensor) -> torch.Tensor:
+        """The decoder's input: the transformed hidden states h."""
+        return self.norm(F.gelu(self.transform(h), approximate=self.approximate))
 
 
 class BERT(KernelModule):
@@ -111,7 +115,14 @@ class BERT(KernelModule):
         """The heads' logits and, for the labels given, the sum of their mean cross-entropies:
         mlm_labels (B, T) (IGNORE_INDEX where nothing is to be predicted; the vocabulary is
         projected at those positions only), nsp_labels (B,) (1: B follows A), labels (B,)."""
-        h = self.encode(input_ids, segment_ids, lengths)
+        return self.heads(self.encode(input_ids, segment_ids, lengths), lengths, mlm_labels,
+                          nsp_labels, labels)
+
+    def heads(self, h: torch.Tensor, lengths: Optional[torch.Tensor] = None,
+              mlm_labels: Optional[torch.Tensor] = None,
+              nsp_labels: Optional[torch.Tensor] = None,
+              labels: Optional[torch.Tensor] = None) -> BertOutput:
+        """forward's output from the final hidden states h (encode's)."""
         ce = self.kern.cross_entropy
         losses = []
         if mlm_labels is not None:

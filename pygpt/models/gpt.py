@@ -82,6 +82,11 @@ class GPT(KernelModule, Generates):
         logits for every position and the loss against targets (B, T) if given (from
         FUSED_LOSS_MIN_VOCAB tokens on, the loss alone: logits None). A cache is extended by
         these T positions."""
+        return self.head(self.features(idx, cache, lengths), targets)
+
+    def features(self, idx: torch.Tensor, cache: Optional[KVCache] = None,
+                 lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The LM head's input (B, T, n_embd) at each position of idx (forward's arguments)."""
         if idx.dim() != 2:
             raise ValueError(f"idx must be (batch, time), got shape {tuple(idx.shape)}")
         if cache is not None and len(cache) != len(self.blocks):
@@ -90,9 +95,11 @@ class GPT(KernelModule, Generates):
         bias = self.pos_bias() if self.pos_bias is not None else None
         for i, block in enumerate(self.blocks):
             x = block(x, cache[i] if cache is not None else None, lengths, position_bias=bias)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        B, T = idx.shape
+        return self.final_norm(x) if self.final_norm is not None else x
+
+    def head(self, x: torch.Tensor, targets: Optional[torch.Tensor] = None) -> GPTOutput:
+        """forward's output from the features x (B, T, n_embd)."""
+        B, T = x.shape[:2]
         if targets is not None and self.config.vocab_size >= FUSED_LOSS_MIN_VOCAB:
             loss = self.kern.linear_cross_entropy(x.reshape(B * T, -1), self.lm_head.weight,
                                                   targets.reshape(B * T), self.lm_head.bias)

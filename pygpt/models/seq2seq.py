@@ -113,9 +113,17 @@ class Seq2Seq(KernelModule):
                memory_lengths: Optional[torch.Tensor] = None,
                cache: Optional[DecoderCache] = None,
                tgt_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Next-token logits (B, T, vocab_size) for target ids tgt_in (B, T) at positions
-        cache.length .. cache.length + T - 1 (from 0 without a cache), given the encoder's output
-        memory (B, S, n_embd) with memory_lengths (B,) real positions. tgt_lengths (B,): the real
+        """Next-token logits: the output projection of decode_features (same arguments)."""
+        return self.out(self.decode_features(tgt_in, memory, memory_lengths, cache, tgt_lengths))
+
+    def decode_features(self, tgt_in: torch.Tensor, memory: torch.Tensor,
+                        memory_lengths: Optional[torch.Tensor] = None,
+                        cache: Optional[DecoderCache] = None,
+                        tgt_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The output projection's input (B, T, n_embd) (decode's logits: (B, T, vocab_size))
+        for target ids tgt_in (B, T) at positions cache.length .. cache.length + T - 1 (from 0
+        without a cache), given the encoder's output memory (B, S, n_embd) with memory_lengths
+        (B,) real positions. tgt_lengths (B,): the real
         positions of a right-padded tgt_in (not with a cache). A cache is extended by these T
         positions; its cross-attention part is filled from memory on the first call."""
         _check_tokens("tgt_in", tgt_in)
@@ -129,9 +137,7 @@ class Seq2Seq(KernelModule):
         for i, block in enumerate(self.decoder):
             x = block(x, memory, memory_lengths, cache.layer(i) if cache is not None else None,
                       lengths=tgt_lengths, position_bias=bias)
-        if self.decoder_norm is not None:
-            x = self.decoder_norm(x)
-        return self.out(x)
+        return self.decoder_norm(x) if self.decoder_norm is not None else x
 
     def forward(self, src: torch.Tensor, src_lengths: Optional[torch.Tensor],
                 tgt_in: torch.Tensor, tgt_out: Optional[torch.Tensor] = None,
@@ -139,12 +145,16 @@ class Seq2Seq(KernelModule):
         """Teacher forcing over a batch (the fields of pygpt.data.parallel.TranslationBatch):
         logits for every target position and, with tgt_out (B, T) (the next tokens, IGNORE_INDEX
         on padding), the label-smoothed loss."""
-        logits = self.decode(tgt_in, self.encode(src, src_lengths), src_lengths,
-                             tgt_lengths=tgt_lengths)
+        return self.head(self.decode_features(tgt_in, self.encode(src, src_lengths), src_lengths,
+                                              tgt_lengths=tgt_lengths), tgt_out)
+
+    def head(self, x: torch.Tensor, tgt_out: Optional[torch.Tensor] = None) -> Seq2SeqOutput:
+        """forward's output from the decoder's features x (decode_features')."""
+        logits = self.out(x)
         loss = None
         if tgt_out is not None:
-            if tgt_out.shape != tgt_in.shape:
-                raise ValueError(f"tgt_out must have tgt_in's shape {tuple(tgt_in.shape)}, got "
+            if tgt_out.shape != x.shape[:2]:
+                raise ValueError(f"tgt_out must have tgt_in's shape {tuple(x.shape[:2])}, got "
                                  f"{tuple(tgt_out.shape)}")
             loss = self.kern.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                            tgt_out.reshape(-1), ignore_index=IGNORE_INDEX,

@@ -19,6 +19,7 @@ import torch
 
 from pygpt.models import BERT
 from pygpt.onnx.graph import models_entry, to_onnx, write_export
+from pygpt.onnx.int8 import Int8Settings
 from pygpt.run_files import ONNX_FP32
 from pygpt.tokenizer import require_specials
 
@@ -83,9 +84,9 @@ def _check_against_torch(model: BERT, path: Path, tol: float = 1e-4) -> None:
 
 
 def export_bert(model: BERT, tokenizer, labels: Optional[list[str]], out_dir,
-                quantize: Optional[str] = None) -> list[Path]:
-    """Exports a loaded BERT (with its tokenizer, and labels for a classifier) into out_dir;
-    returns the files written."""
+                quantize: Optional[Int8Settings] = None) -> list[Path]:
+    """Exports a loaded BERT (with its tokenizer, and labels for a classifier) into out_dir
+    (with quantize, its int8 copy too); returns the files written."""
     require_specials(tokenizer.special_tokens, ("[PAD]", "[CLS]", "[SEP]", "[MASK]"),
                      "a BERT export's runner")
     model.eval()

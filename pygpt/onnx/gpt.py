@@ -18,6 +18,7 @@ from pygpt.decoding.sampling import window_keep
 from pygpt.models import GPT
 from pygpt.nn import KVCache
 from pygpt.onnx.graph import models_entry, to_onnx, write_export
+from pygpt.onnx.int8 import Int8Settings
 from pygpt.run_files import ONNX_FP32
 
 Past = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (keys, values)
@@ -87,8 +88,10 @@ def _check_against_torch(model: GPT, path: Path, tol: float = 1e-4) -> None:
         ids, past = ids[:, -1:], cache.tensors()
 
 
-def export_gpt(model: GPT, tokenizer, out_dir: Path, quantize: Optional[str] = None) -> list[Path]:
-    """Exports a loaded GPT with its tokenizer into out_dir; returns the files written."""
+def export_gpt(model: GPT, tokenizer, out_dir: Path,
+               quantize: Optional[Int8Settings] = None) -> list[Path]:
+    """Exports a loaded GPT with its tokenizer into out_dir (with quantize, its int8 copy too);
+    returns the files written."""
     cfg = model.config
     runner_config = {"family": "gpt", "task": "generate", "vocab_size": cfg.vocab_size,
                      "block_size": cfg.block_size, "window_keep": window_keep(cfg.block_size),

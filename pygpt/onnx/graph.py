@@ -2,9 +2,10 @@
 translations to standard ONNX ops (each op's own, in pygpt.ops: attention into MatMul/Softmax
 with its mask built in the graph, layer norm into LayerNormalization, the fused bias + GELU and
 add + layer norm into their parts), so a graph runs in stock onnxruntime with no custom-op
-library; the dynamo export call; int8 weight quantization; and writing an export folder as a
-whole (pygpt.io.FolderWrite, runner.json the index: removed first and moved in last), so a failed
-or killed export leaves the previous export or the new one, never a mix."""
+library; the dynamo export call; and writing an export folder as a
+whole (pygpt.io.FolderWrite, runner.json the index: removed first and moved in last), with the
+int8 copies of its graphs (pygpt.onnx.int8) when asked, so a failed or killed export leaves the
+previous export or the new one, never a mix."""
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from pygpt.io import FolderWrite, read_committed
+from pygpt.onnx.int8 import Int8Settings, quantize_int8
 from pygpt.ops.onnx_opset import OPSET
 from pygpt.ops.registry import OPS
 from pygpt.run_files import RUNNER_CONFIG, TOKENIZER
@@ -38,14 +40,6 @@ def to_onnx(module: torch.nn.Module, args: tuple, path: Path, input_names: list[
     program.save(str(path), external_data=False)
 
 
-def quantize_int8(src: Path, dst: Path) -> None:
-    """dst: src with its weights quantized to int8 by onnxruntime's own tooling."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice is noise here
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
-
-
 def _not_the_torchvision_notice(record: logging.LogRecord) -> bool:
     """False for the exporter's notice that torchvision (whose ops we never export) is missing,
     printed once per torchvision op; every other record passes."""
@@ -57,11 +51,12 @@ def int8_name(fp32_name: str) -> str:
     return fp32_name[: -len(".onnx")] + ".int8.onnx"
 
 
-def models_entry(fp32: Union[str, dict[str, str]], quantize: Optional[str]) -> dict[str, Any]:
+def models_entry(fp32: Union[str, dict[str, str]],
+                 quantize: Optional[Int8Settings]) -> dict[str, Any]:
     """runner.json's "models": the fp32 graph file (or a dict of part -> file) and, with
-    quantize "int8", the int8 copies under the same layout."""
+    quantize, the int8 copies under the same layout."""
     int8 = int8_name(fp32) if isinstance(fp32, str) else {k: int8_name(v) for k, v in fp32.items()}
-    return {"fp32": fp32, **({"int8": int8} if quantize == "int8" else {})}
+    return {"fp32": fp32, **({"int8": int8} if quantize is not None else {})}
 
 
 def _earlier_files(out_dir: Path) -> list[str]:
@@ -75,12 +70,13 @@ def _earlier_files(out_dir: Path) -> list[str]:
 
 
 def write_export(out_dir: Path, graphs: dict[str, Callable[[Path], None]],
-                 check: Callable[[Path], None], quantize: Optional[str], tokenizer,
+                 check: Callable[[Path], None], quantize: Optional[Int8Settings], tokenizer,
                  runner_config: dict) -> list[Path]:
     """Writes an export folder as a whole: graphs maps each fp32 graph's file name to the
     function writing it; check(folder) raises if the graphs staged in folder disagree with
-    PyTorch; then their int8 copies (quantize "int8", else previous ones are removed), the
-    tokenizer, and runner.json (runner_config, whose "models" is models_entry's). The files an
+    PyTorch; then their int8 copies (made as quantize says, recorded in runner.json's "int8";
+    without, previous ones are removed), the tokenizer, and runner.json (runner_config, whose
+    "models" is models_entry's). The files an
     earlier export there lists in its runner.json that this one does not write (another family's
     graphs) are removed with the change. Returns the paths written."""
     logging.getLogger("torch.onnx._internal.exporter._registration").addFilter(
@@ -88,17 +84,18 @@ def write_export(out_dir: Path, graphs: dict[str, Callable[[Path], None]],
     config = {"format": 1, "family": runner_config["family"], "task": runner_config["task"],
               "tokenizer": {"kind": tokenizer.kind, "file": TOKENIZER},
               "special_tokens": tokenizer.special_tokens, "opset": OPSET,
-              **{k: v for k, v in runner_config.items() if k not in ("family", "task")}}
+              **{k: v for k, v in runner_config.items() if k not in ("family", "task")},
+              **({"int8": quantize.record()} if quantize is not None else {})}
     with FolderWrite(out_dir, index=RUNNER_CONFIG,
                      remove=[*(int8_name(name) for name in graphs), *_earlier_files(out_dir)],
                      ) as change:
         for name, build in graphs.items():
             change.write(name, build)
         check(change.staging)
-        if quantize == "int8":
+        if quantize is not None:
             for name in graphs:
-                change.write(int8_name(name),
-                             lambda path, src=change.path(name): quantize_int8(src, path))
+                change.write(int8_name(name), lambda path, src=change.path(name):
+                             quantize_int8(src, path, quantize))
         change.write(TOKENIZER, lambda path: path.write_text(tokenizer.to_json(),
                                                              encoding="utf-8"))
         change.write(RUNNER_CONFIG, lambda path: path.write_text(json.dumps(config, indent=2),

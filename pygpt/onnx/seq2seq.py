@@ -24,7 +24,7 @@ tokenizer and runner.json, and changes as a whole (pygpt.onnx.graph.write_export
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import torch
 
@@ -32,6 +32,7 @@ from pygpt.models import Seq2Seq
 from pygpt.nn import KVCache
 from pygpt.nn.decoder_block import DecoderCache
 from pygpt.onnx.graph import models_entry, to_onnx, write_export
+from pygpt.onnx.int8 import Int8Settings
 from pygpt.decoding.translate_texts import SPECIALS
 from pygpt.tokenizer import require_specials
 
@@ -162,11 +163,9 @@ def _check_against_torch(model: Seq2Seq, folder: Path, tol: float = 1e-4) -> Non
 
 
 def export_seq2seq(model: Seq2Seq, tokenizer, out_dir: Union[str, Path],
-                         quantize: Union[str, None] = None) -> list[Path]:
-    """Exports a loaded seq2seq with its tokenizer into out_dir (module docstring); returns the
-    files written."""
-    if quantize not in (None, "int8"):
-        raise ValueError(f"--quantize supports only int8, got {quantize!r}")
+                   quantize: Optional[Int8Settings] = None) -> list[Path]:
+    """Exports a loaded seq2seq with its tokenizer into out_dir (module docstring; with
+    quantize, the int8 copies too); returns the files written."""
     require_specials(tokenizer.special_tokens, SPECIALS, "a translator's runner")
     model.eval()
     cfg = model.config

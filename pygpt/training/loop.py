@@ -31,6 +31,7 @@ from pygpt.families import Family, family
 from pygpt.plot import plot_runs
 from pygpt.run_files import LOSS_PLOT, METRICS
 from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, WordPieceTokenizer
+from pygpt.training.distill import Distillation, check_teacher, load_teacher
 from pygpt.training.distributed import Distributed
 from pygpt.training.metrics_log import append_metrics, truncate_metrics
 from pygpt.training.optim import lr_at, make_optimizer, warmup_warning
@@ -74,12 +75,13 @@ def evaluate(model: torch.nn.Module, task: Task, cfg: TrainConfig,
 
 def make_tokenizer(family: Family, model_cfg: ModelConfig, cfg: TrainConfig,
                    resume: bool) -> Tokenizer:
-    """The run's own tokenizer when resuming, the source's when fine-tuning, else a new one
-    learned from the family's text with the family's special tokens."""
+    """The run's own tokenizer when resuming, the source's when fine-tuning, the teacher's when
+    distilling, else a new one learned from the family's text with the family's special
+    tokens."""
     if resume:
         return checkpoint.read_tokenizer(cfg.out)
-    if cfg.init_from is not None:
-        return checkpoint.read_tokenizer(cfg.init_from)
+    if cfg.init_from is not None or cfg.distill_from is not None:
+        return checkpoint.read_tokenizer(cfg.init_from or cfg.distill_from)
     text, specials = family.tokenizer_text(cfg), family.specials
     if cfg.tokenizer == "wordpiece":
         return WordPieceTokenizer.train(text, model_cfg.vocab_size)
@@ -111,6 +113,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     out = Path(cfg.out)
     ranks = Distributed(cfg.device)
     fam = family(model_cfg.arch)
+    teacher = load_teacher(cfg, model_cfg) if cfg.distill_from is not None else None
     # Rank 0 learns the tokenizer and writes the token cache; the others take both from it.
     tokenizer = ranks.share_tokenizer(make_tokenizer(fam, model_cfg, cfg, resume)
                                       if ranks.is_main else None)
@@ -127,6 +130,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
                              "classify sets it from the data's labels, and pretraining keeps "
                              "the labels of an --init-from or --resume classifier")
         labels = checkpoint.load_labels(cfg.out if resume else cfg.init_from)
+    if teacher is not None:
+        check_teacher(teacher, tokenizer, task.labels)
 
     torch.manual_seed(cfg.seed)
     model = fam.build(model_cfg, kernels=cfg.kernels, train_cfg=cfg).to(cfg.device)
@@ -155,7 +160,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     if ranks.world > 1:  # each rank its own dropout masks
         torch.manual_seed(cfg.seed + 1_000_003 * ranks.rank + step)
     model.train()
-    forward = ranks.wrap(model)
+    forward = ranks.wrap(model if teacher is None
+                         else Distillation(model, teacher.model, fam, cfg))
     forward = torch.compile(forward) if cfg.compile else forward
 
     saved = step if resume else None  # the step of the checkpoint in out

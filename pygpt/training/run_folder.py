@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Union
 
 from pygpt import checkpoint
-from pygpt.config import ModelConfig, config_from_dict
+from pygpt.config import ModelConfig
+from pygpt.config_fields import config_from_dict
 from pygpt.io import guard, recover_folder, unguard
 from pygpt.run_files import (CONFIG, LABELS, LOSS_PLOT, METRICS, RUNNER_CONFIG, TOKENIZER,
                              TRAIN_STATE, WEIGHTS)

@@ -1,0 +1,65 @@
+"""How a config dataclass's fields are declared (with their --help text and the family they
+belong to), checked for type, saved to config.json and read back: the machinery that
+pygpt.config's ModelConfig and TrainConfig share, apart from what their fields mean."""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import field
+from typing import Any, Optional
+
+
+def opt(default: Any, help: str, family: Optional[str] = None,
+        listed: Optional[tuple[str, ...]] = None) -> Any:
+    """A dataclass field with its --help text; `family`: the one model family (arch) the field
+    applies to, if not every family has it; `listed`: a field saved only where set (not at its
+    default) but always by these families (whose config.json held it before: it stays so)."""
+    return field(default=default, metadata={"help": help, "family": family, "listed": listed})
+
+
+def check_field_types(cfg: Any) -> None:
+    """Raises ValueError for a field whose value has the wrong type (say, from a hand-edited
+    config.json): a float width, a string for a switch. An int is accepted where a float is due."""
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        value, hint = getattr(cfg, f.name), hints[f.name]
+        args = typing.get_args(hint)
+        if typing.get_origin(hint) is typing.Union and type(None) in args:
+            if value is None:
+                continue
+            hint = next(a for a in args if a is not type(None))
+        if typing.get_origin(hint) is typing.Literal:
+            if value not in typing.get_args(hint):
+                choices = " or ".join(repr(c) for c in typing.get_args(hint))
+                raise ValueError(f"{f.name} must be {choices}, got {value!r}")
+            continue
+        elif hint is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif hint is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, hint)
+        if not ok:
+            raise ValueError(f"{f.name} must be {getattr(hint, '__name__', hint)}, got {value!r}")
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """cfg's fields as saved in config.json: a model config's only those of its family (and
+    opt's `listed` ones only where set or listed)."""
+    arch = getattr(cfg, "arch", None)
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+            if f.metadata.get("family") in (None, arch)
+            and (f.metadata.get("listed") is None or arch in f.metadata["listed"]
+                 or getattr(cfg, f.name) != f.default)}
+
+
+def config_from_dict(cls: type, d: Any) -> Any:
+    """A ModelConfig or TrainConfig from its saved dict; a clear ValueError for anything else
+    (unknown or missing keys, wrong types), e.g. a file from another version or hand-edited."""
+    if not isinstance(d, dict):
+        raise ValueError(f"expected the {cls.__name__} settings as a JSON object, got {d!r}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} keys {unknown}")
+    return cls(**d)
