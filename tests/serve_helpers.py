@@ -1,5 +1,6 @@
 """The server tests' helpers: pygpt-serve started in a subprocess on a free loopback port, in an
-environment where `import torch` fails, and the server-sent events of a streamed completion."""
+environment where `import torch` fails, the server-sent events of a streamed completion, and an
+onnxruntime session that counts its graph calls."""
 import json
 import signal
 import socket
@@ -54,6 +55,17 @@ class Server:
             self.process.kill()
             _, err = self.process.communicate()
         return self.process.returncode, err
+
+
+class CountingSession:
+    """An onnxruntime session that counts its runs."""
+
+    def __init__(self, session):
+        self.session, self.runs = session, 0
+
+    def run(self, *args, **kwargs):
+        self.runs += 1
+        return self.session.run(*args, **kwargs)
 
 
 def events(response) -> list:

@@ -50,7 +50,9 @@ def test_export_files(exported):
     assert run_onnx.RUNNER_CONFIG == RUNNER_CONFIG  # the runner cannot import pygpt
     config = json.loads((onnx_dir / RUNNER_CONFIG).read_text())
     assert config["block_size"] == 24 and config["n_layer"] == 2 and config["head_dim"] == 16
-    assert config["inputs"][:3] == ["input_ids", "past_key_values.0.key", "past_key_values.0.value"]
+    assert config["format"] == 2  # the graph takes each row's lengths
+    assert config["inputs"][:5] == ["input_ids", "input_lengths", "past_lengths",
+                                    "past_key_values.0.key", "past_key_values.0.value"]
     assert config["outputs"][:2] == ["logits", "present.0.key"]
     import onnx
 

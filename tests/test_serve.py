@@ -15,13 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from pygpt import export as exporter
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.training import train
 from pygpt_runtime import run_onnx
-from serve_helpers import Server, events
+from serve_helpers import CountingSession, Server, events
 
 # The server's --max-batch, --queue-size, --max-body-bytes, --max-text-tokens.
 BATCH, QUEUE, BODY, TEXT = 4, 4, 4096, 1000
@@ -300,3 +301,46 @@ def test_sigterm_stops_the_server_cleanly(export_dir, tmp_path):
     assert status == 128 + signal.SIGTERM and "Traceback" not in err, err
     assert done and done[0].status_code == 200
     assert done[0].text.rstrip().endswith("data: [DONE]")  # the open stream finished
+
+
+def _decode_together(model, prompts, max_tokens, seed):
+    """The texts of the prompts decoded by one serve_batcher.Batcher, submitted together."""
+    from pygpt_runtime.serve_batcher import Batcher, Generation
+
+    texts, done = [""] * len(prompts), threading.Semaphore(0)
+
+    def sender(b):
+        def send(kind, payload):
+            assert kind != "error", payload
+            texts[b] += payload
+            if kind == "end":
+                done.release()
+        return send
+    batcher = Batcher(model, queue_size=len(prompts), max_batch=len(prompts))
+    try:
+        batcher.submit([Generation(model.tokenizer.encode(p), max_tokens,
+                                   dict(temperature=0.8), np.random.default_rng(seed + b),
+                                   sender(b)) for b, p in enumerate(prompts)])
+        for _ in prompts:
+            assert done.acquire(timeout=60)
+    finally:
+        batcher.close()
+    return texts
+
+
+@pytest.mark.parametrize("old_format", [False, True], ids=["format2", "format1"])
+def test_worker_runs_rows_of_different_lengths_in_one_call_per_step(export_dir, old_format):
+    """Four prompts of different lengths submitted together: one graph call per step (a format
+    1 export, whose graph takes no lengths: one per window length, as before), and each row's
+    text what the runner gives its prompt alone with the same seed."""
+    folder = Path(__file__).resolve().parent / "fixtures" / "gpt-onnx-format1"
+    model = run_onnx.OnnxGPT(str(folder if old_format else export_dir))
+    prompts = ["ab", "a bc", "hag", "c"] if old_format else ["First", "A", "Citizen:", "Be"]
+    model.session = counter = CountingSession(model.session)
+    steps = 5  # within every window: no slide
+    texts = _decode_together(model, prompts, steps, seed=7)
+    assert counter.runs == steps * (len(set(map(len, prompts))) if old_format else 1)
+    for b, prompt in enumerate(prompts):
+        tokens = run_onnx.stream(model, [model.tokenizer.encode(prompt)], steps, temperature=0.8,
+                                 rng=np.random.default_rng(7 + b))
+        assert texts[b] == model.tokenizer.decode([int(t[0]) for t in tokens]), prompt

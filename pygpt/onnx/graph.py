@@ -80,7 +80,8 @@ def write_export(out_dir: Path, graphs: dict[str, Callable[[Path], None]],
     """Writes an export folder as a whole: graphs maps each fp32 graph's file name to the
     function writing it; check(folder) raises if the graphs staged in folder disagree with
     PyTorch; then their int8 copies (quantize "int8", else previous ones are removed), the
-    tokenizer, and runner.json (runner_config, whose "models" is models_entry's). The files an
+    tokenizer, and runner.json (runner_config, whose "models" is models_entry's; its "format", for
+    graphs that a runner of format 1 cannot run, replaces 1). The files an
     earlier export there lists in its runner.json that this one does not write (another family's
     graphs) are removed with the change. Returns the paths written."""
     logging.getLogger("torch.onnx._internal.exporter._registration").addFilter(
