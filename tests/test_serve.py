@@ -7,7 +7,6 @@ that leaves mid-stream frees its rows; a full queue answers 503 at once; the pla
 headless Chromium streams a completion in; SIGTERM stops the server cleanly."""
 import json
 import os
-import shutil
 import signal
 import threading
 import time
@@ -22,7 +21,7 @@ from pygpt import export as exporter
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.training import train
 from pygpt_runtime import run_onnx
-from serve_helpers import CountingSession, Server, events
+from serve_helpers import CountingSession, Server, chromium, events
 
 # The server's --max-batch, --queue-size, --max-body-bytes, --max-text-tokens.
 BATCH, QUEUE, BODY, TEXT = 4, 4, 4096, 1000
@@ -253,24 +252,14 @@ def test_full_queue_is_503_at_once_and_a_client_leaving_frees_its_rows(server):
 
 def test_playground_streams_a_completion_in_headless_chromium(server, export_dir, capsys,
                                                               tmp_path):
-    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    if chromium is None or driver_path is None:
-        pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/run installs "
-                    "them)")
-    webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     expected = runner_text(export_dir, capsys, "First", 60, temperature=1.0, seed=4)
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,760"):
-        options.add_argument(arg)
-    browser = webdriver.Chrome(options=options,
-                               service=webdriver.ChromeService(executable_path=driver_path))
-    try:
+    with chromium() as browser:
         browser.get(server.url + "/")
         WebDriverWait(browser, 30).until(lambda b: b.find_element(By.ID, "gpt").is_displayed())
+        assert not browser.find_element(By.ID, "attention").is_displayed()  # an export: none
         for field, value in (("prompt", "First"), ("max_tokens", "60"), ("temperature", "1"),
                              ("seed", "4")):
             box = browser.find_element(By.ID, field)
@@ -285,8 +274,6 @@ def test_playground_streams_a_completion_in_headless_chromium(server, export_dir
         assert browser.find_element(By.ID, "error").text == ""
         shot = Path(os.environ.get("PYGPT_PLAYGROUND_SCREENSHOT", tmp_path / "playground.png"))
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 0
-    finally:
-        browser.quit()
 
 
 def test_sigterm_stops_the_server_cleanly(export_dir, tmp_path):

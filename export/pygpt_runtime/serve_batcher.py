@@ -40,6 +40,7 @@ class Generation:
     sampling: dict  # run_onnx.next_token's greedy, temperature, top_k, top_p
     rng: np.random.Generator
     send: Callable[[str, str], None]
+    seed: Optional[int] = None  # the request's (a torch worker seeds its generators with it)
     stopped: bool = False  # set by the consumer: no more tokens wanted
     made: int = 0
     text: Optional[TextStream] = field(default=None, repr=False)
