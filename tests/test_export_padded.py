@@ -1,7 +1,7 @@
 """The GPT's exported graph runs rows of different lengths in one call (runner.json format 2):
 for every position encoding, a right-padded prefill and decode steps of rows at different
 positions match PyTorch's batched decoding (prefill with lengths, then steps on its KV cache) on
-every real position, and the present holds each row's real keys and values first, zeros after.
+every real position, and the present holds each row's real keys and values first.
 The runner then decodes prompts of different lengths as one batch, one graph call per step,
 each row giving the tokens it gives alone (greedy and seeded sampling, across window slides)
 and those of pygpt's own batched decoding; an export of format 1, made before, still runs."""
@@ -67,7 +67,6 @@ def test_graph_matches_torch_on_padded_rows(exported):
                 n = int(held[b])
                 np.testing.assert_allclose(onnx_k[b, :, :n], k[b, :, :n].numpy(), atol=1e-5)
                 np.testing.assert_allclose(onnx_v[b, :, :n], v[b, :, :n].numpy(), atol=1e-5)
-                assert not onnx_k[b, :, n:].any() and not onnx_v[b, :, n:].any()
         nxt = expected[torch.arange(3), (lengths - 1) if step == 0 else 0].argmax(-1)[:, None]
         with torch.no_grad():
             expected = model.step(nxt, cache)

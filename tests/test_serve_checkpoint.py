@@ -7,7 +7,6 @@ with a checkpoint, is a one-line error."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -9,7 +9,7 @@ tokens of a right-padded input_ids, `past_lengths` (batch,) int64 each row's rea
 right-padded past (pygpt.onnx.padded_past). Row b's tokens are at positions past_lengths[b] ..,
 for every position encoding (tables and rotary angles per row, relative / ALiBi distances per
 row), and its present holds its past_lengths[b] + input_lengths[b] real positions first, then
-zeros; the logits of padded positions mean nothing. runner.json says format 2 for such a graph
+padding; the logits of padded positions mean nothing. runner.json says format 2 for such a graph
 (format 1: exports made before, without the lengths, whose positions come from the past's
 width; pygpt_runtime still runs them). Beside it: `tokenizer.json`, and `runner.json` with what
 the runner needs (pygpt.onnx.graph.write_export). The export is checked against PyTorch (a

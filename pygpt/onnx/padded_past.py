@@ -2,7 +2,7 @@
 in plain tensor ops that torch.export traces (pygpt.nn.kv_cache's LayerKV does the same with
 Python lists, which a graph cannot hold). It has the semantics of LayerKV's rows of different
 lengths: row b's real positions are the first past_lengths[b] of the past, a call's new
-positions are written at the row's own end, the rest is padding (zeros here), and each row's
+positions are written at the row's own end, the rest is padding (never read), and each row's
 next position (for position embeddings and rotary angles) is its own length. So rows of
 different lengths (a prefill of right-padded prompts, or decode steps of rows at different
 positions) run in one graph call."""
@@ -26,19 +26,18 @@ class PaddedLayerPast:
 
     def append(self, k: torch.Tensor, v: torch.Tensor,
                lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Row b's first lengths[b] new keys and values (B, H, T, D) written after its past:
-        returns the (B, H, P + T, D) keys and values, row b's first past_lengths[b] +
-        lengths[b] real and the rest zeros; lengths becomes those totals."""
-        B, H, P, D = self.k.shape
+        """Row b's new keys and values (B, H, T, D), of which the first lengths[b] are real,
+        written after its past: returns the (B, H, P + T, D) keys and values, row b's first
+        past_lengths[b] + lengths[b] real; lengths becomes those totals. The padding after
+        them holds anything (the attention never reads it). The new positions are scattered into
+        their slots (ScatterND in the graph), which costs copies of the past, not an index per
+        element as a gather would."""
+        B, H = self.k.shape[:2]
         T = k.shape[2]
-        slot = torch.arange(P + T, device=k.device)[None, :]  # (1, P + T)
-        held = self.past_lengths[:, None]  # (B, 1)
-        total = held + lengths[:, None]
-        # Slot j of row b: its past's j before its length, then its new (j - length)-th.
-        source = torch.where(slot < held, slot, P + (slot - held).clamp(0, T - 1))
-        index = source[:, None, :, None].expand(B, H, P + T, D)
-        real = (slot < total)[:, None, :, None]
-        self.k, self.v = (torch.where(real, torch.cat([old, new], dim=2).gather(2, index), 0.0)
+        slot = self.past_lengths[:, None] + torch.arange(T, device=k.device)  # (B, T)
+        index = (torch.arange(B, device=k.device)[:, None, None],
+                 torch.arange(H, device=k.device)[None, :, None], slot[:, None, :])
+        self.k, self.v = (torch.cat([old, torch.zeros_like(new)], dim=2).index_put(index, new)
                           for old, new in ((self.k, k), (self.v, v)))
         self.lengths = self.past_lengths + lengths
         return self.k, self.v
