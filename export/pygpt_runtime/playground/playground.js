@@ -119,7 +119,7 @@ function shown(token) {
 }
 
 function heatmap(title, tokens, matrix) {
-  const n = tokens.length, cell = Math.max(3, Math.min(18, Math.floor(300 / n)));
+  const n = tokens.length, cell = Math.max(2, Math.min(14, Math.floor(180 / n)));
   const margin = cell >= 8 ? 28 : 0;
   const canvas = document.createElement("canvas");
   canvas.width = canvas.height = margin + n * cell;
