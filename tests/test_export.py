@@ -196,3 +196,28 @@ def test_export_prints_no_torchvision_notices(tmp_path):
                           timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr
     assert "torchvision" not in done.stderr and "wrote" in done.stdout
+
+
+def test_runner_batch_prints_what_each_prompt_gives_alone(exported, capsys):
+    """pygpt-run with several --prompt: one batch, each text what it gives alone (greedy and
+    seeded), greedy what python -m pygpt.generate prints for the same prompts; 40 tokens slide
+    the context (24) of every row, at different steps."""
+    from pygpt import generate
+
+    ckpt, onnx_dir = exported
+    prompts = ["ROMEO:", "A", "First Citizen:"]
+
+    def run(module, *flags, prompts=prompts):
+        capsys.readouterr()
+        module.main([*flags, "--max-new-tokens", "40",
+                     *[arg for p in prompts for arg in ("--prompt", p)]])
+        return capsys.readouterr().out
+
+    for sampling in (["--greedy"], ["--temperature", "0.9", "--top-k", "20", "--seed", "3"]):
+        batched = run(run_onnx, "--model", str(onnx_dir), *sampling)
+        alone = [run(run_onnx, "--model", str(onnx_dir), *sampling, prompts=[p]) for p in prompts]
+        assert batched == "".join(f"=== prompt {i + 1} ===\n{text}"
+                                  for i, text in enumerate(alone))
+    assert batched != run(run_onnx, "--model", str(onnx_dir), *sampling[:-2], "--seed", "4")
+    greedy = run(run_onnx, "--model", str(onnx_dir), "--greedy")
+    assert greedy == run(generate, "--ckpt", str(ckpt), "--greedy")

@@ -2,6 +2,7 @@
 fill masks or classify (bert; see onnx_bert.py), by the family its runner.json names.
 
     pygpt-run --model out/onnx/ --prompt "ROMEO:" --max-new-tokens 500
+    pygpt-run --model out/onnx/ --prompt "ROMEO:" --prompt "JULIET:" --seed 1   # one batch
     pygpt-run --model bert/onnx/ --text "To be, or not to [MASK]" --top-k 5
     pygpt-run --model cls/onnx/ --text "a cat" [--text-pair "a dog"]
 
@@ -11,8 +12,11 @@ pygpt, and copy the export folder there. Fill-mask and classify print what
 python -m pygpt.fill_mask / pygpt.classify --text print. For a gpt it mirrors pygpt's generator:
 the same KV-cache loop, the same sliding window (continue from the last half-context once the
 context is full) and the same greedy / temperature / top-k / top-p rules, so greedy text matches
-PyTorch's token for token. It refuses the sampling values pygpt.generate refuses
-(cli_checks.py), and Ctrl-C stops it with exit status 130 after the text so far.
+PyTorch's token for token. Several prompts (--prompt again) are decoded together in one batch,
+one graph call per step whatever their lengths (Rows), and printed when done, each under a
+"=== prompt N ===" line as pygpt.generate prints them; each gets the text it gets alone. It
+refuses the sampling values pygpt.generate refuses (cli_checks.py), and Ctrl-C stops it with
+exit status 130 after the text so far.
 """
 from __future__ import annotations
 
@@ -226,7 +230,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--model", required=True,
                    help="the export folder: runner.json, model.onnx (required)")
     p.add_argument("--int8", action="store_true", help="use the int8-quantized model")
-    p.add_argument("--prompt", default=None, help="gpt: the text to continue (default: a newline)")
+    p.add_argument("--prompt", action="append", default=None,
+                   help="gpt: the text to continue (default: a newline); give it again for more "
+                        "prompts, decoded together")
     p.add_argument("--text", default=None, help="bert: a text with [MASK]s to fill, or a text "
                                                 "to classify (default: none)")
     p.add_argument("--text-pair", default=None,
@@ -245,28 +251,63 @@ def main(argv: Optional[list[str]] = None) -> None:
         if args.text is not None or args.text_pair is not None:
             raise ValueError(f"--text is for a bert export; {args.model} holds a {family} model "
                              "(give --prompt)")
-        args.prompt = "\n" if args.prompt is None else args.prompt
+        prompts = ["\n"] if args.prompt is None else args.prompt
         check_sampling(args.greedy, args.temperature, args.top_k, args.top_p,
                        args.max_new_tokens)
-        if not args.prompt:
-            raise ValueError("--prompt must not be empty")
-        utf8_text(args.prompt, "--prompt")
+        for text in prompts:
+            if not text:
+                raise ValueError("--prompt must not be empty")
+            utf8_text(text, "--prompt")
         model = OnnxGPT(args.model, variant, args.threads)
-        ids = np.array([model.tokenizer.encode(args.prompt)], dtype=np.int64)
+        ids = [encoded(model.tokenizer, text, i, len(prompts)) for i, text in enumerate(prompts)]
     except (ValueError, OSError, ImportError) as e:
         raise SystemExit(f"error: {e}") from None
-    rng = np.random.default_rng(args.seed)
+    sampling = dict(greedy=args.greedy, temperature=args.temperature, top_k=args.top_k,
+                    top_p=args.top_p)
     with exits_cleanly():
-        sys.stdout.write(args.prompt)
-        tokens = stream(model, ids, args.max_new_tokens, greedy=args.greedy,
-                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, rng=rng)
         try:
-            for piece in decode_stream(model.tokenizer, (int(t[0]) for t in tokens)):
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+            if len(prompts) > 1:
+                write_batch(model, prompts, ids, args.max_new_tokens, args.seed, sampling)
+            else:
+                write_stream(model, prompts[0], ids[0], args.max_new_tokens, args.seed, sampling)
         except ValueError as e:  # outputs that are not finite numbers
             sys.stdout.flush()
             raise SystemExit(f"error: {e}") from None
-        sys.stdout.write("\n")
-        sys.stdout.flush()
 
+
+def encoded(tokenizer, text: str, i: int, n: int) -> list[int]:
+    """The prompt's token ids; an error naming the prompt (when there are several)."""
+    try:
+        return tokenizer.encode(text)
+    except ValueError as e:
+        raise ValueError(f"prompt {i + 1}: {e}" if n > 1 else str(e)) from None
+
+
+def write_stream(model: OnnxGPT, prompt: str, ids: list[int], max_new_tokens: int,
+                 seed: Optional[int], sampling: dict) -> None:
+    """Prints the prompt and its continuation as it is sampled."""
+    sys.stdout.write(prompt)
+    tokens = stream(model, [ids], max_new_tokens, rng=np.random.default_rng(seed), **sampling)
+    for piece in decode_stream(model.tokenizer, (int(t[0]) for t in tokens)):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+def write_batch(model: OnnxGPT, prompts: list[str], ids: list[list[int]], max_new_tokens: int,
+                seed: Optional[int], sampling: dict) -> None:
+    """Decodes the prompts together (each row with its own generator of the seed, so each
+    samples what it would alone), then prints each one's text under a "=== prompt N ===" line,
+    as python -m pygpt.generate does (on Ctrl-C or an error, the text so far)."""
+    new: list[list[int]] = [[] for _ in prompts]
+    rngs = [np.random.default_rng(seed) for _ in prompts]
+    try:
+        for step in stream(model, ids, max_new_tokens, rng=rngs, **sampling):
+            for row, t in zip(new, step.tolist()):
+                row.append(t)
+    finally:
+        for i, (text, row) in enumerate(zip(prompts, new)):
+            continuation = "".join(decode_stream(model.tokenizer, row))
+            sys.stdout.write(f"=== prompt {i + 1} ===\n{text}{continuation}\n")
+        sys.stdout.flush()
