@@ -6,8 +6,10 @@ first token and per request, the server's peak RSS and the errors (which must be
     python benchmarks/bench_serve.py --model out/onnx --seconds 60
 
 The server runs in its own process (python -m pygpt_runtime.serve_command) on a free port, with
---max-batch at least the most clients; the clients are threads with httpx. Report the CPU with
-the numbers (benchmarks/machine.py prints it)."""
+--max-batch at least the most clients; the clients are threads with httpx. Client i sends the
+first len(prompt) - i % len(prompt) characters of --prompt, so that rows of different lengths
+decode together (as real traffic has them). Report the CPU with the numbers
+(benchmarks/machine.py prints it); --seconds 2 makes a smoke run."""
 from __future__ import annotations
 
 import argparse
@@ -73,7 +75,8 @@ def main() -> None:
     p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--seconds", type=float, default=60.0, help="per concurrency level")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens a request")
-    p.add_argument("--prompt", default="ROMEO:")
+    p.add_argument("--prompt", default="ROMEO:\nWhat say you, my lord?",
+                   help="the longest prompt; clients send prefixes of it")
     p.add_argument("--threads", type=int, default=None, help="the server's onnxruntime threads")
     args = p.parse_args()
     port = free_port()
@@ -89,15 +92,18 @@ def main() -> None:
                 break
             except httpx.TransportError:
                 time.sleep(0.1)
-        body = {"prompt": args.prompt, "max_tokens": args.max_tokens, "temperature": 1.0,
-                "stream": True, "stream_options": {"include_usage": True}}
+        body = {"max_tokens": args.max_tokens, "temperature": 1.0, "stream": True,
+                "stream_options": {"include_usage": True}}
+        prompts = [args.prompt[:len(args.prompt) - i % len(args.prompt)]
+                   for i in range(max(args.clients))]
         print(f"{'clients':>7} {'tokens/s':>9} {'requests':>8} {'ttft p50':>9} {'ttft p99':>9} "
               f"{'req p50':>8} {'req p99':>8} {'peak RSS':>9} {'errors':>6}")
         for n in args.clients:
             out = {"tokens": 0, "errors": 0, "ttft": [], "request": []}
             lock, start = threading.Lock(), time.monotonic()
-            threads = [threading.Thread(target=client, args=(url, body, start + args.seconds,
-                                                             out, lock)) for _ in range(n)]
+            threads = [threading.Thread(target=client, args=(
+                url, {**body, "prompt": prompts[i]}, start + args.seconds, out, lock))
+                for i in range(n)]
             for t in threads:
                 t.start()
             for t in threads:

@@ -1,7 +1,32 @@
 """`python -m pygpt.serve --model EXPORT_DIR`: the HTTP server of an ONNX export, the same as the
-torch-free runtime's `pygpt-serve` (pygpt_runtime.serve_command), which it runs; neither imports
-torch."""
-from pygpt_runtime.serve_command import main
+torch-free runtime's `pygpt-serve` (pygpt_runtime.serve_command), which it runs without
+importing torch; `python -m pygpt.serve --ckpt RUN` serves a GPT checkpoint on pygpt's torch
+model instead, with attention maps in the playground (pygpt.serve_checkpoint, imported only
+then)."""
+from __future__ import annotations
+
+import argparse
+from typing import Any, Optional
+
+from pygpt_runtime import serve_command
+
+
+def _open_checkpoint(args: argparse.Namespace, limits: Any) -> Any:
+    try:
+        from pygpt.serve_checkpoint import open_checkpoint
+    except ImportError as e:
+        raise ImportError(f"--ckpt needs PyTorch and pygpt's kernels ({e}); serve an export "
+                          "with --model where they are missing") from None
+    return open_checkpoint(args, limits)
+
+
+CHECKPOINTS = ("a GPT checkpoint folder (config.json, model.safetensors), served with PyTorch, "
+               "with attention maps (POST /v1/attention and in the playground)", _open_checkpoint)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    serve_command.main(argv, CHECKPOINTS)
+
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,9 @@
 """The server tests' helpers: pygpt-serve started in a subprocess on a free loopback port, in an
-environment where `import torch` fails, and the server-sent events of a streamed completion."""
+environment where `import torch` fails, the server-sent events of a streamed completion, and an
+onnxruntime session that counts its graph calls, and headless Chromium for the playground."""
+import contextlib
 import json
+import shutil
 import signal
 import socket
 import subprocess
@@ -8,6 +11,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from helpers import torch_free_env
 
@@ -19,16 +23,17 @@ def free_port() -> int:
 
 
 class Server:
-    """`python -m pygpt.serve --model folder *flags` running (torch blocked) until stop()."""
+    """`python -m pygpt.serve --model folder *flags` running (torch blocked) until stop(); with
+    source "--ckpt", `python -m pygpt.serve --ckpt folder *flags` (torch allowed)."""
 
-    def __init__(self, folder, tmp_path, *flags: str):
+    def __init__(self, folder, tmp_path, *flags: str, source: str = "--model"):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "pygpt.serve", "--model", str(folder), "--port",
+            [sys.executable, "-m", "pygpt.serve", source, str(folder), "--port",
              str(self.port), "--log-level", "warning", *flags],
-            env=torch_free_env(tmp_path, blocked=("torch",)), stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
+            env=torch_free_env(tmp_path, blocked=("torch",) if source == "--model" else ()),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
         while True:
             if self.process.poll() is not None:
@@ -56,6 +61,17 @@ class Server:
         return self.process.returncode, err
 
 
+class CountingSession:
+    """An onnxruntime session that counts its runs."""
+
+    def __init__(self, session):
+        self.session, self.runs = session, 0
+
+    def run(self, *args, **kwargs):
+        self.runs += 1
+        return self.session.run(*args, **kwargs)
+
+
 def events(response) -> list:
     """The data of each server-sent event of a streamed response ("[DONE]" as is)."""
     out = []
@@ -66,3 +82,24 @@ def events(response) -> list:
         else:
             assert line == "", line
     return out
+
+
+@contextlib.contextmanager
+def chromium(width: int = 1000, height: int = 760):
+    """Headless Debian Chromium driven by Selenium (skips where either is missing)."""
+    binary, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if binary is None or driver_path is None:
+        pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/run installs "
+                    "them)")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                f"--window-size={width},{height}"):
+        options.add_argument(arg)
+    browser = webdriver.Chrome(options=options,
+                               service=webdriver.ChromeService(executable_path=driver_path))
+    try:
+        yield browser
+    finally:
+        browser.quit()

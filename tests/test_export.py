@@ -50,7 +50,9 @@ def test_export_files(exported):
     assert run_onnx.RUNNER_CONFIG == RUNNER_CONFIG  # the runner cannot import pygpt
     config = json.loads((onnx_dir / RUNNER_CONFIG).read_text())
     assert config["block_size"] == 24 and config["n_layer"] == 2 and config["head_dim"] == 16
-    assert config["inputs"][:3] == ["input_ids", "past_key_values.0.key", "past_key_values.0.value"]
+    assert config["format"] == 2  # the graph takes each row's lengths
+    assert config["inputs"][:5] == ["input_ids", "input_lengths", "past_lengths",
+                                    "past_key_values.0.key", "past_key_values.0.value"]
     assert config["outputs"][:2] == ["logits", "present.0.key"]
     import onnx
 
@@ -194,3 +196,28 @@ def test_export_prints_no_torchvision_notices(tmp_path):
                           timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr
     assert "torchvision" not in done.stderr and "wrote" in done.stdout
+
+
+def test_runner_batch_prints_what_each_prompt_gives_alone(exported, capsys):
+    """pygpt-run with several --prompt: one batch, each text what it gives alone (greedy and
+    seeded), greedy what python -m pygpt.generate prints for the same prompts; 40 tokens slide
+    the context (24) of every row, at different steps."""
+    from pygpt import generate
+
+    ckpt, onnx_dir = exported
+    prompts = ["ROMEO:", "A", "First Citizen:"]
+
+    def run(module, *flags, prompts=prompts):
+        capsys.readouterr()
+        module.main([*flags, "--max-new-tokens", "40",
+                     *[arg for p in prompts for arg in ("--prompt", p)]])
+        return capsys.readouterr().out
+
+    for sampling in (["--greedy"], ["--temperature", "0.9", "--top-k", "20", "--seed", "3"]):
+        batched = run(run_onnx, "--model", str(onnx_dir), *sampling)
+        alone = [run(run_onnx, "--model", str(onnx_dir), *sampling, prompts=[p]) for p in prompts]
+        assert batched == "".join(f"=== prompt {i + 1} ===\n{text}"
+                                  for i, text in enumerate(alone))
+    assert batched != run(run_onnx, "--model", str(onnx_dir), *sampling[:-2], "--seed", "4")
+    greedy = run(run_onnx, "--model", str(onnx_dir), "--greedy")
+    assert greedy == run(generate, "--ckpt", str(ckpt), "--greedy")

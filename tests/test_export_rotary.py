@@ -90,8 +90,9 @@ def test_gpt_export_prefill_and_decode(name, tmp_path):
     with torch.no_grad():
         expected, cache = model.prefill(ids)
     while True:
-        feeds = {"input_ids": ids.numpy()}
-        feeds.update({n: t.numpy() for n, t in zip(inputs[1:], [t for kv in past for t in kv])})
+        feeds = {"input_ids": ids.numpy(), "input_lengths": np.full(2, ids.shape[1]),
+                 "past_lengths": np.full(2, past[0][0].shape[2])}
+        feeds.update({n: t.numpy() for n, t in zip(inputs[3:], [t for kv in past for t in kv])})
         got = session.run(None, feeds)
         np.testing.assert_allclose(got[0], expected.numpy(), atol=1e-4, rtol=0,
                                    err_msg=f"at position {cache.position}")

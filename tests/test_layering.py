@@ -35,6 +35,7 @@ LAYERS = [
     ["pygpt.export", "pygpt.hf"],
     ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",
      "pygpt.translate", "pygpt.attention", "pygpt.convert", "pygpt.serve", "pygpt.prune",
+     "pygpt.serve_checkpoint",
      "pygpt"],  # command lines, and the package's pygpt.load
 ]
 MAX_LINES = 300

@@ -7,7 +7,6 @@ that leaves mid-stream frees its rows; a full queue answers 503 at once; the pla
 headless Chromium streams a completion in; SIGTERM stops the server cleanly."""
 import json
 import os
-import shutil
 import signal
 import threading
 import time
@@ -15,13 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from pygpt import export as exporter
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.training import train
 from pygpt_runtime import run_onnx
-from serve_helpers import Server, events
+from serve_helpers import CountingSession, Server, chromium, events
 
 # The server's --max-batch, --queue-size, --max-body-bytes, --max-text-tokens.
 BATCH, QUEUE, BODY, TEXT = 4, 4, 4096, 1000
@@ -252,24 +252,14 @@ def test_full_queue_is_503_at_once_and_a_client_leaving_frees_its_rows(server):
 
 def test_playground_streams_a_completion_in_headless_chromium(server, export_dir, capsys,
                                                               tmp_path):
-    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    if chromium is None or driver_path is None:
-        pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/run installs "
-                    "them)")
-    webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     expected = runner_text(export_dir, capsys, "First", 60, temperature=1.0, seed=4)
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,760"):
-        options.add_argument(arg)
-    browser = webdriver.Chrome(options=options,
-                               service=webdriver.ChromeService(executable_path=driver_path))
-    try:
+    with chromium() as browser:
         browser.get(server.url + "/")
         WebDriverWait(browser, 30).until(lambda b: b.find_element(By.ID, "gpt").is_displayed())
+        assert not browser.find_element(By.ID, "attention").is_displayed()  # an export: none
         for field, value in (("prompt", "First"), ("max_tokens", "60"), ("temperature", "1"),
                              ("seed", "4")):
             box = browser.find_element(By.ID, field)
@@ -284,8 +274,6 @@ def test_playground_streams_a_completion_in_headless_chromium(server, export_dir
         assert browser.find_element(By.ID, "error").text == ""
         shot = Path(os.environ.get("PYGPT_PLAYGROUND_SCREENSHOT", tmp_path / "playground.png"))
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 0
-    finally:
-        browser.quit()
 
 
 def test_sigterm_stops_the_server_cleanly(export_dir, tmp_path):
@@ -300,3 +288,46 @@ def test_sigterm_stops_the_server_cleanly(export_dir, tmp_path):
     assert status == 128 + signal.SIGTERM and "Traceback" not in err, err
     assert done and done[0].status_code == 200
     assert done[0].text.rstrip().endswith("data: [DONE]")  # the open stream finished
+
+
+def _decode_together(model, prompts, max_tokens, seed):
+    """The texts of the prompts decoded by one serve_batcher.Batcher, submitted together."""
+    from pygpt_runtime.serve_batcher import Batcher, Generation
+
+    texts, done = [""] * len(prompts), threading.Semaphore(0)
+
+    def sender(b):
+        def send(kind, payload):
+            assert kind != "error", payload
+            texts[b] += payload
+            if kind == "end":
+                done.release()
+        return send
+    batcher = Batcher(model, queue_size=len(prompts), max_batch=len(prompts))
+    try:
+        batcher.submit([Generation(model.tokenizer.encode(p), max_tokens,
+                                   dict(temperature=0.8), np.random.default_rng(seed + b),
+                                   sender(b)) for b, p in enumerate(prompts)])
+        for _ in prompts:
+            assert done.acquire(timeout=60)
+    finally:
+        batcher.close()
+    return texts
+
+
+@pytest.mark.parametrize("old_format", [False, True], ids=["format2", "format1"])
+def test_worker_runs_rows_of_different_lengths_in_one_call_per_step(export_dir, old_format):
+    """Four prompts of different lengths submitted together: one graph call per step (a format
+    1 export, whose graph takes no lengths: one per window length, as before), and each row's
+    text what the runner gives its prompt alone with the same seed."""
+    folder = Path(__file__).resolve().parent / "fixtures" / "gpt-onnx-format1"
+    model = run_onnx.OnnxGPT(str(folder if old_format else export_dir))
+    prompts = ["ab", "a bc", "hag", "c"] if old_format else ["First", "A", "Citizen:", "Be"]
+    model.session = counter = CountingSession(model.session)
+    steps = 5  # within every window: no slide
+    texts = _decode_together(model, prompts, steps, seed=7)
+    assert counter.runs == steps * (len(set(map(len, prompts))) if old_format else 1)
+    for b, prompt in enumerate(prompts):
+        tokens = run_onnx.stream(model, [model.tokenizer.encode(prompt)], steps, temperature=0.8,
+                                 rng=np.random.default_rng(7 + b))
+        assert texts[b] == model.tokenizer.decode([int(t[0]) for t in tokens]), prompt

@@ -12,6 +12,10 @@ from typing import Any, Callable, Optional
 RUNNER_CONFIG = "runner.json"  # the export's config (pygpt.run_files names it; no pygpt here)
 FAMILIES = ("gpt", "bert", "seq2seq")
 TRANSLATOR_PARTS = ("encoder", "decoder", "decoder_with_past")
+# A GPT graph of format 2 takes these besides input_ids and the past (right-padded rows of
+# different lengths in one call); one of format 1 (exports made before) does not.
+GPT_FORMATS = (1, 2)
+LENGTH_INPUTS = ("input_lengths", "past_lengths")
 
 
 def _count(v: Any) -> bool:
@@ -107,4 +111,26 @@ def read_config(folder: Path, family: Optional[str] = None, refusal: str = "") -
     if family == "gpt" and config["window_keep"] > config["block_size"]:
         raise ValueError(f"{config_path}: window_keep {config['window_keep']} exceeds "
                          f"block_size {config['block_size']}: export again")
+    if family == "gpt":
+        _check_gpt_format(config, config_path)
     return config
+
+
+def _check_gpt_format(config: dict, config_path: Path) -> None:
+    """A GPT's format (absent: 1) is one this runner knows, and its graph's inputs are that
+    format's: the length inputs from format 2 on, none before."""
+    form = config.get("format", 1)
+    if type(form) is not int or form not in GPT_FORMATS:
+        raise ValueError(f"{config_path}: format must be one of "
+                         f"{', '.join(map(str, GPT_FORMATS))}, got {reprlib.repr(form)} (an "
+                         "export of a later pygpt? update pygpt_runtime)")
+    has = [name in config["inputs"] for name in LENGTH_INPUTS]
+    if all(has) != (form >= 2) or any(has) != all(has):
+        raise ValueError(f"{config_path}: a format {form} graph takes "
+                         f"{'the' if form >= 2 else 'no'} inputs {', '.join(LENGTH_INPUTS)}: "
+                         "export again")
+
+
+def takes_lengths(config: dict) -> bool:
+    """Whether a checked GPT runner.json's graph takes each row's lengths (format 2)."""
+    return config.get("format", 1) >= 2

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, AsyncIterator, Optional
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
@@ -46,12 +46,14 @@ class Limits:
 
 
 class Served:
-    """An export folder opened for serving, with the worker its family needs."""
+    """An export folder opened for serving, with the worker its family needs (pygpt.serve's
+    checkpoint server is a subclass: the same attributes over a torch model)."""
 
     def __init__(self, folder: str, limits: Limits, variant: str = "fp32",
                  threads: Optional[int] = None):
         self.family = read_config(Path(folder))["family"]
         self.model: Any = MODELS[self.family](folder, variant, threads)
+        self.tokenizer = self.model.tokenizer
         self.config = self.model.config
         self.task = self.config.get("task", "translate")
         self.name = Path(folder).resolve().name
@@ -65,7 +67,7 @@ class Served:
         """text's token ids; a 400 naming field for text that is not UTF-8, that the tokenizer
         cannot take (a character not in a char model's vocabulary) or that is too long."""
         try:
-            ids = self.model.tokenizer.encode(utf8_text(text, field), parse_specials)
+            ids = self.tokenizer.encode(utf8_text(text, field), parse_specials)
         except ValueError as e:
             raise RequestError(400, field, f"{field}: {e}") from None
         if len(ids) > self.limits.max_text_tokens:
@@ -78,6 +80,12 @@ class Served:
                 if self.batcher is not None else {"waiting": self.tasks.pending})
         return {"status": "ok", "model": self.name, "family": self.family, "task": self.task,
                 **({"labels": self.config["labels"]} if "labels" in self.config else {}), **work}
+
+    def routers(self) -> list[APIRouter]:
+        """The routes of the served family."""
+        if self.family == "gpt":
+            return [gpt_router(self)]
+        return [bert_router(self) if self.family == "bert" else translator_router(self)]
 
     def close(self) -> None:
         if self.batcher is not None:
@@ -109,10 +117,6 @@ def create_app(served: Served) -> FastAPI:
         return FileResponse(str(page / "index.html"))
 
     app.mount("/playground", StaticFiles(directory=str(page)), name="playground")
-    if served.family == "gpt":
-        app.include_router(gpt_router(served))
-    elif served.family == "bert":
-        app.include_router(bert_router(served))
-    else:
-        app.include_router(translator_router(served))
+    for routes in served.routers():
+        app.include_router(routes)
     return app

@@ -3,14 +3,16 @@ that requests arriving together cost about one graph run per token instead of on
 
 Requests wait in a bounded queue (a full one refuses at once: `Busy`, the server's 503; the
 rows that the batch has room for at the next step do not count against it). Each
-step the worker admits waiting rows up to its batch size, then runs each group of rows that
-share a window length in one graph call (run_onnx.Rows: the export's graph takes no attention
-mask, so only rows of one length can share a call; rows that started together stay together,
-and groups that come to the same length merge). Every row draws its token with its own
-generator by run_onnx.next_token, so a row gives the tokens `pygpt-run` gives for its prompt
-and seed alone. A row ends after its max_tokens, or as soon as its consumer stops it (a stop
-sequence met, a client gone), which frees its place at the next step. Memory is bounded: at
-most batch-size rows, each holding its window and cache only.
+step the worker admits waiting rows up to its batch size and runs them with the rows already
+decoding (run_onnx.Rows): one graph call prefills the rows just admitted (right-padded, any
+lengths) and one decodes all the others, whatever their lengths; the new rows then join the
+others. (An export of runner.json format 1, whose graph takes no lengths, runs each group of
+rows of one window length in its own calls, as before: rows that started together stay
+together, and groups that come to the same length merge.) Every row draws its token with its
+own generator by run_onnx.next_token, so a row gives the tokens `pygpt-run` gives for its
+prompt and seed alone. A row ends after its max_tokens, or as soon as its consumer stops it (a
+stop sequence met, a client gone), which frees its place at the next step. Memory is bounded:
+at most batch-size rows, each holding its window and cache only.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from pygpt_runtime.onnx_text import TextStream
-from pygpt_runtime.run_onnx import OnnxGPT, Rows, next_token
+from pygpt_runtime.run_onnx import OnnxGPT, Rows, next_token, window_key
 
 
 class Busy(Exception):
@@ -38,6 +40,7 @@ class Generation:
     sampling: dict  # run_onnx.next_token's greedy, temperature, top_k, top_p
     rng: np.random.Generator
     send: Callable[[str, str], None]
+    seed: Optional[int] = None  # the request's (a torch worker seeds its generators with it)
     stopped: bool = False  # set by the consumer: no more tokens wanted
     made: int = 0
     text: Optional[TextStream] = field(default=None, repr=False)
@@ -87,8 +90,8 @@ class Batcher:
         self.thread.join()
 
     def _admit(self, groups: list[Group]) -> Optional[list[Group]]:
-        """The groups with the waiting rows that fit added (new rows grouped by length); None
-        when closing. Waits while there is nothing to do."""
+        """The groups with the waiting rows that fit added (new rows grouped by window_key);
+        None when closing. Waits while there is nothing to do."""
         with self.lock:
             while not self.waiting and not groups and not self.closing:
                 self.lock.wait()
@@ -101,11 +104,11 @@ class Batcher:
             admitted = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
             self.active = self.max_batch - room + len(admitted)
         block = self.model.config["block_size"]
-        by_length: dict[int, list[Generation]] = {}
+        by_key: dict[int, list[Generation]] = {}
         for g in admitted:
-            by_length.setdefault(len(g.ids[-block:]), []).append(g)
-        for gens in by_length.values():
-            groups.append((Rows(np.array([g.ids[-block:] for g in gens], dtype=np.int64)), gens))
+            by_key.setdefault(window_key(self.model, g.ids[-block:]), []).append(g)
+        for gens in by_key.values():
+            groups.append((Rows([g.ids[-block:] for g in gens]), gens))
         return groups
 
     def _step(self, rows: Rows, gens: list[Generation]) -> Optional[Group]:
@@ -133,11 +136,12 @@ class Batcher:
             stepped = [done for rows, gens in admitted if (done := self._step(rows, gens))]
             merged: dict[int, Group] = {}
             for rows, gens in stepped:
-                if rows.length in merged:
-                    joined, before = merged[rows.length]
-                    merged[rows.length] = (joined.join(rows), before + gens)
+                key = rows.key(self.model)
+                if key in merged:
+                    joined, before = merged[key]
+                    merged[key] = (joined.join(rows), before + gens)
                 else:
-                    merged[rows.length] = (rows, gens)
+                    merged[key] = (rows, gens)
             groups = list(merged.values())
             with self.lock:
                 self.active = sum(len(gens) for _, gens in groups)

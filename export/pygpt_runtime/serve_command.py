@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from pygpt_runtime.cli_checks import HelpFormatter, check_threads
 
@@ -35,10 +35,18 @@ def _stop(signum: int, _frame) -> None:
     raise Stopped(signum)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pygpt-serve", description=__doc__,
-                                formatter_class=HelpFormatter)
-    p.add_argument("--model", required=True, help="the export folder (runner.json, *.onnx)")
+# What serves a checkpoint (pygpt.serve, with torch): the --ckpt flag's help, and a function of
+# the parsed flags and the limits giving the Served.
+Checkpoints = tuple[str, Callable[[argparse.Namespace, Any], Any]]
+
+
+def parser(checkpoints: Optional[Checkpoints] = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pygpt-serve" if checkpoints is None else "pygpt.serve",
+                                description=__doc__, formatter_class=HelpFormatter)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="the export folder (runner.json, *.onnx)")
+    if checkpoints is not None:
+        source.add_argument("--ckpt", help=checkpoints[0])
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8000, help="port to listen on")
     p.add_argument("--int8", action="store_true", help="serve the int8-quantized model")
@@ -62,8 +70,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[list[str]] = None) -> None:
-    args = parser().parse_args(argv)
+def main(argv: Optional[list[str]] = None, checkpoints: Optional[Checkpoints] = None) -> None:
+    """The command; with checkpoints (pygpt.serve), --ckpt serves a checkpoint through it."""
+    args = parser(checkpoints).parse_args(argv)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _stop)
     try:
@@ -80,9 +89,16 @@ def main(argv: Optional[list[str]] = None) -> None:
             except ImportError as e:
                 raise ImportError(f"the server needs FastAPI and uvicorn ({e}): pip install "
                                   "'pygpt-runtime[serve]'") from None
-            served = Served(args.model, Limits(args.queue_size, args.max_batch, args.max_tokens,
-                                               args.max_text_tokens, args.max_body_bytes),
-                            "int8" if args.int8 else "fp32", args.threads)
+            limits = Limits(args.queue_size, args.max_batch, args.max_tokens,
+                            args.max_text_tokens, args.max_body_bytes)
+            if getattr(args, "ckpt", None) is not None:
+                if args.int8:
+                    raise ValueError("--int8 is for an export (--model); a checkpoint is served "
+                                     "as it was saved")
+                served = checkpoints[1](args, limits)
+            else:
+                served = Served(args.model, limits, "int8" if args.int8 else "fp32",
+                                args.threads)
         except (ValueError, OSError, ImportError) as e:
             raise SystemExit(f"error: {e}") from None
         server = uvicorn.Server(uvicorn.Config(

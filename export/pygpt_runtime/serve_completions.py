@@ -74,7 +74,8 @@ class Completion:
         loop = asyncio.get_running_loop()
         self.choices = [Choice(ids, body.stops()) for ids in rows]
         self.rows = [Generation(ids, body.max_tokens, body.sampling(),
-                                np.random.default_rng(body.seed), self._sender(loop, i))
+                                np.random.default_rng(body.seed), self._sender(loop, i),
+                                seed=body.seed)
                      for i, ids in enumerate(rows)]
         if body.max_tokens == 0:
             for i in range(len(rows)):

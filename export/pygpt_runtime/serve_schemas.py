@@ -70,3 +70,9 @@ class TranslateRequest(Body):
     length_penalty: Finite = Field(0.6, ge=0, description="GNMT's alpha")
     max_len_extra: int = Field(50, ge=0, description="a translation holds at most the source's "
                                                      "tokens + this many")
+
+
+class AttentionRequest(Body):
+    text: Text = Field(description="the text whose attention maps to compute")
+    layer: Optional[int] = Field(None, ge=0, description="one layer's maps (default: every "
+                                                         "layer's)")

@@ -38,7 +38,7 @@ class Embeddings(KernelModule):
         x = self.tok(idx)
         if self.pos is not None:
             positions, end = position_ids(start, T, idx.device)
-            if end > self.max_positions:
+            if end is not None and end > self.max_positions:
                 raise ValueError(f"{end} positions exceed the context length "
                                  f"{self.max_positions}; slide the window")
             x = x + self.pos(positions)

@@ -30,12 +30,17 @@ import torch
 Positions = Union[int, torch.Tensor]  # one position for every row, or one per row (B,)
 
 
-def position_ids(start: Positions, T: int, device: torch.device) -> tuple[torch.Tensor, int]:
+def position_ids(start: Positions, T: int,
+                 device: torch.device) -> tuple[torch.Tensor, Optional[int]]:
     """The positions of T new entries from start: (T,) from one start for every row, (B, T)
-    from one per row (B,); and one past the last (the largest row's), for tables and checks."""
+    from one per row (B,); and one past the last (the largest row's), for tables and checks
+    (None for per-row starts being traced, as in the ONNX export: the graph's inputs are data,
+    so the runner keeps them within the context)."""
     if isinstance(start, torch.Tensor):
-        end = (int(start.max()) if start.numel() else 0) + T
-        return start[:, None] + torch.arange(T, device=device), end
+        positions = start[:, None] + torch.arange(T, device=device)
+        if torch.compiler.is_exporting():
+            return positions, None
+        return positions, (int(start.max()) if start.numel() else 0) + T
     return torch.arange(start, start + T, device=device), start + T
 
 

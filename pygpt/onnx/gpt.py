@@ -2,10 +2,19 @@
 onnxruntime-genai and Optimum use: inputs `input_ids` (batch, seq) and
 `past_key_values.{i}.key` / `.value` (batch, heads, past, head_dim); outputs `logits`
 (batch, seq, vocab) and `present.{i}.key` / `.value` (batch, heads, past + seq, head_dim). Batch,
-sequence and past length are dynamic; a past of length 0 is the prefill, and positions are
-derived from the past length, so a decode step at any offset is right. Beside it:
-`tokenizer.json`, and `runner.json` with what the runner needs (pygpt.onnx.graph.write_export).
-The export is checked against PyTorch (a prefill and a decode step) before anything is written.
+sequence and past length are dynamic; a past of length 0 is the prefill.
+
+Rows of different lengths run in one call: `input_lengths` (batch,) int64 are each row's real
+tokens of a right-padded input_ids, `past_lengths` (batch,) int64 each row's real positions of a
+right-padded past (pygpt.onnx.padded_past). Row b's tokens are at positions past_lengths[b] ..,
+for every position encoding (tables and rotary angles per row, relative / ALiBi distances per
+row), and its present holds its past_lengths[b] + input_lengths[b] real positions first, then
+padding; the logits of padded positions mean nothing. runner.json says format 2 for such a graph
+(format 1: exports made before, without the lengths, whose positions come from the past's
+width; pygpt_runtime still runs them). Beside it: `tokenizer.json`, and `runner.json` with what
+the runner needs (pygpt.onnx.graph.write_export). The export is checked against PyTorch (a
+right-padded prefill and a decode step of rows at different positions) before anything is
+written.
 """
 from __future__ import annotations
 
@@ -16,29 +25,35 @@ import torch
 
 from pygpt.decoding.sampling import window_keep
 from pygpt.models import GPT
-from pygpt.nn import KVCache
 from pygpt.onnx.graph import models_entry, to_onnx, write_export
 from pygpt.onnx.int8 import Int8Settings
+from pygpt.onnx.padded_past import PaddedPast
 from pygpt.run_files import ONNX_FP32
 
 Past = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (keys, values)
 
 
+RUNNER_FORMAT = 2  # runner.json's format for a graph with the length inputs
+
+
 class _CachedStep(torch.nn.Module):
-    """The model as the exported graph sees it: ids and a past in, logits and present out."""
+    """The model as the exported graph sees it: right-padded ids, the rows' lengths and a
+    right-padded past in, logits and present out."""
 
     def __init__(self, model: GPT):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, past: Past):
-        cache = KVCache.from_tensors(past)
-        return self.model(input_ids, cache=cache).logits, cache.tensors()
+    def forward(self, input_ids: torch.Tensor, input_lengths: torch.Tensor,
+                past_lengths: torch.Tensor, past: Past):
+        cache = PaddedPast(past, past_lengths)
+        return self.model(input_ids, cache=cache, lengths=input_lengths).logits, cache.tensors()
 
 
 def io_names(n_layer: int) -> tuple[list[str], list[str]]:
     kv = [(i, name) for i in range(n_layer) for name in ("key", "value")]
-    return (["input_ids"] + [f"past_key_values.{i}.{name}" for i, name in kv],
+    return (["input_ids", "input_lengths", "past_lengths"]
+            + [f"past_key_values.{i}.{name}" for i, name in kv],
             ["logits"] + [f"present.{i}.{name}" for i, name in kv])
 
 
@@ -57,35 +72,46 @@ def _to_onnx(model: GPT, path: Path) -> None:
     past_len = Dim("past", min=0, max=cfg.block_size)
     # Example inputs with distinct sizes so no dimension gets specialised to a constant.
     ids = torch.zeros(2, 3, dtype=torch.long)
+    input_lengths, past_lengths = torch.tensor([3, 2]), torch.tensor([4, 1])
     past = [(torch.zeros(2, cfg.n_head, 4, cfg.qk_head_dim),
              torch.zeros(2, cfg.n_head, 4, cfg.v_head_dim)) for _ in range(cfg.n_layer)]
-    dynamic = {"input_ids": {0: batch, 1: seq},
+    dynamic = {"input_ids": {0: batch, 1: seq}, "input_lengths": {0: batch},
+               "past_lengths": {0: batch},
                "past": [({0: batch, 2: past_len}, {0: batch, 2: past_len})] * cfg.n_layer}
     inputs, outputs = io_names(cfg.n_layer)
-    to_onnx(_CachedStep(model), (ids, past), path, inputs, outputs, dynamic)
+    to_onnx(_CachedStep(model), (ids, input_lengths, past_lengths, past), path, inputs, outputs,
+            dynamic)
 
 
 def _check_against_torch(model: GPT, path: Path, tol: float = 1e-4) -> None:
-    """Prefill and one decode step in onnxruntime must match PyTorch, or the export fails."""
+    """A right-padded prefill of two rows of different lengths, then a decode step of the rows
+    at their different positions, in onnxruntime must match PyTorch's (prefill with lengths,
+    then step on its KV cache) on every real position, or the export fails."""
     import numpy as np
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    inputs, _ = io_names(model.config.n_layer)
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(model.config.vocab_size, (2, min(5, model.config.block_size)), generator=gen)
-    past = empty_past(model, 2)
-    for _ in range(2 if ids.shape[1] < model.config.block_size else 1):
-        feeds = {"input_ids": ids.numpy()}
-        feeds.update({name: t.numpy() for name, t in zip(inputs[1:], [t for kv in past for t in kv])})
-        cache = KVCache.from_tensors(past)
-        with torch.no_grad():
-            expected = model(ids, cache=cache).logits
-        got = session.run(None, feeds)
-        err = float(np.abs(got[0] - expected.numpy()).max())
+    past_names = io_names(model.config.n_layer)[0][3:]
+    n = min(5, model.config.block_size)
+    lengths = torch.tensor([n, max(1, n - 2)])
+    ids = torch.randint(model.config.vocab_size, (2, n), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected, cache = model.prefill(ids, lengths)
+    past = [t.numpy() for kv in empty_past(model, 2) for t in kv]
+    past_lengths = torch.zeros(2, dtype=torch.long)
+    for _ in range(2 if n < model.config.block_size else 1):
+        feeds = {"input_ids": ids.numpy(), "input_lengths": lengths.numpy(),
+                 "past_lengths": past_lengths.numpy(), **dict(zip(past_names, past))}
+        logits, *past = session.run(None, feeds)
+        real = torch.arange(ids.shape[1])[None, :] < lengths[:, None]
+        err = float(np.abs(logits[real.numpy()] - expected[real].numpy()).max())
         if not err <= tol:
             raise RuntimeError(f"exported model disagrees with PyTorch: max logit error {err:.3g}")
-        ids, past = ids[:, -1:], cache.tensors()
+        past_lengths = past_lengths + lengths
+        ids = expected[torch.arange(2), lengths - 1].argmax(-1)[:, None]
+        lengths = torch.ones(2, dtype=torch.long)
+        with torch.no_grad():
+            expected = model.step(ids, cache)
 
 
 def export_gpt(model: GPT, tokenizer, out_dir: Path,
@@ -99,7 +125,8 @@ def export_gpt(model: GPT, tokenizer, out_dir: Path,
                      # Values as wide as keys (head_dim) unless said otherwise.
                      **({"v_head_dim": cfg.v_head_dim} if cfg.v_head_dim != cfg.qk_head_dim
                         else {}),
-                     "inputs": io_names(cfg.n_layer)[0], "outputs": io_names(cfg.n_layer)[1]}
+                     "inputs": io_names(cfg.n_layer)[0], "outputs": io_names(cfg.n_layer)[1],
+                     "format": RUNNER_FORMAT}
     return write_export(Path(out_dir), {ONNX_FP32: lambda path: _to_onnx(model, path)},
                         lambda folder: _check_against_torch(model, folder / ONNX_FP32),
                         quantize, tokenizer,

@@ -76,7 +76,8 @@ def write_export(out_dir: Path, graphs: dict[str, Callable[[Path], None]],
     function writing it; check(folder) raises if the graphs staged in folder disagree with
     PyTorch; then their int8 copies (made as quantize says, recorded in runner.json's "int8";
     without, previous ones are removed), the tokenizer, and runner.json (runner_config, whose
-    "models" is models_entry's). The files an
+    "models" is models_entry's; its "format", for graphs that a runner of format 1 cannot run,
+    replaces 1). The files an
     earlier export there lists in its runner.json that this one does not write (another family's
     graphs) are removed with the change. Returns the paths written."""
     logging.getLogger("torch.onnx._internal.exporter._registration").addFilter(

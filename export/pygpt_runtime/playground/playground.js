@@ -1,6 +1,7 @@
 // The playground's behaviour: shows the served family's panel and calls the server's API
 // (a GPT's completions streamed as server-sent events, BERT's fill-mask or classify, the
-// translator). Plain browser JavaScript, no library.
+// translator), and for a checkpoint served with PyTorch draws the prompt's attention maps on
+// canvases. Plain browser JavaScript, no library.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -110,6 +111,51 @@ async function translate() {
   $("translations").textContent = translations.join("\n");
 }
 
+// --- Attention maps (a checkpoint served with PyTorch: POST /v1/attention) ------------------
+const HEAT = [74, 123, 208];  // the colour of weight 1 (weight 0: white)
+
+function shown(token) {
+  return token.replace(/\n/g, "\u23ce").replace(/ /g, "\u2423");
+}
+
+function heatmap(title, tokens, matrix) {
+  const n = tokens.length, cell = Math.max(2, Math.min(14, Math.floor(180 / n)));
+  const margin = cell >= 8 ? 28 : 0;
+  const canvas = document.createElement("canvas");
+  canvas.width = canvas.height = margin + n * cell;
+  const ctx = canvas.getContext("2d");
+  matrix.forEach((weights, q) => weights.forEach((w, k) => {
+    const [r, g, b] = HEAT.map((c) => Math.round(255 - w * (255 - c)));
+    ctx.fillStyle = `rgb(${r},${g},${b})`;
+    ctx.fillRect(margin + k * cell, margin + q * cell, cell, cell);
+  }));
+  if (margin) {
+    ctx.fillStyle = "#333";
+    ctx.font = `${Math.min(cell, 12)}px monospace`;
+    ctx.textAlign = "center";
+    tokens.forEach((t, i) => {
+      ctx.fillText(shown(t), margin + (i + 0.5) * cell, margin - 6);  // keys, on top
+      ctx.fillText(shown(t), margin / 2, margin + (i + 0.8) * cell);  // queries, at the left
+    });
+  }
+  const figure = document.createElement("figure");
+  const caption = document.createElement("figcaption");
+  caption.textContent = title;
+  figure.append(canvas, caption);
+  return figure;
+}
+
+async function attend() {
+  showError("");
+  const body = {text: $("prompt").value, layer: Number($("attn-layer").value)};
+  const {tokens, layers} = await (await post("/v1/attention", body)).json();
+  const out = $("attn-maps");
+  out.textContent = "";
+  for (const {layer, probs} of layers) {
+    probs.forEach((matrix, h) => out.appendChild(heatmap(`layer ${layer}, head ${h}`, tokens, matrix)));
+  }
+}
+
 function guarded(action) {
   return () => action().catch((e) => showError(e.message));
 }
@@ -124,6 +170,12 @@ async function start() {
   $("fill").onclick = guarded(fill);
   $("classify-go").onclick = guarded(classify);
   $("translate-go").onclick = guarded(translate);
+  if (health.attention) {
+    for (let i = 0; i < health.attention.layers; i++) $("attn-layer").add(new Option(`${i}`, `${i}`));
+    $("attention").hidden = false;
+    $("attend").onclick = guarded(attend);
+    $("attn-layer").onchange = guarded(attend);
+  }
 }
 
 start().catch((e) => showError(`cannot reach the server: ${e.message}`));
