@@ -2,12 +2,18 @@
 reproducible on a small, busy machine."""
 
 import random
+import signal
 
 import pytest
 import torch
 
 # Every test runs single-threaded unless it explicitly asks for more (see `two_threads`).
 torch.set_num_threads(1)
+
+# A suite started in the background of a non-interactive shell (`pytest &`) inherits SIGINT
+# ignored, and so would every command it starts: the tests of Ctrl-C need it delivered.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
