@@ -247,11 +247,9 @@ def exports(runs, tmp_path_factory):
 
 def runner_logits(folder):
     """(block size, logits of the first tokens) of an export, read by the torch-free runner."""
-    config, session, tokenizer = run_onnx.open_export(folder)
-    ids = np.array([tokenizer.encode("abc de")[:4]], dtype=np.int64)
-    empty = np.zeros((1, config["n_head"], 0, config["head_dim"]), dtype=np.float32)
-    feeds = {"input_ids": ids, **{name: empty for name in config["inputs"][1:]}}
-    return config["block_size"], session.run(None, feeds)[0]
+    model = run_onnx.OnnxGPT(str(folder))
+    ids = np.array([model.tokenizer.encode("abc de")[:4]], dtype=np.int64)
+    return model.config["block_size"], model.step(ids, model.empty_past(1))[0]
 
 
 def test_kill_at_every_file_operation_of_an_export(exports, tmp_path, monkeypatch):
