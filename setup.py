@@ -47,7 +47,7 @@ except ImportError:
     sys.exit(INSTALL_HINT)
 
 
-SERVE = ["fastapi>=0.110", "uvicorn>=0.29"]  # pygpt-serve's (export/pyproject.toml's "serve")
+SERVE = ["fastapi>=0.110", "uvicorn[standard]>=0.29"]  # pygpt-serve's (export/pyproject.toml's "serve")
 BUILD_INFO = "_build_info.py"  # written beside pygpt/_C, read by pygpt/__init__.py
 
 

@@ -18,7 +18,6 @@ Ratios are transformers' time / pygpt's (> 1: pygpt faster) and pygpt's memory /
 (< 1: pygpt smaller)."""
 import argparse
 import gc
-import resource
 import statistics
 import subprocess
 import sys
@@ -40,10 +39,6 @@ GPT2_SMALL = dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_siz
 SMOKE = dict(n_embd=64, n_layer=2, n_head=4, n_positions=256, vocab_size=512)
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def alternated(fns: dict, repeats: int) -> dict:
     """The median seconds of each of fns, called in turn (one call of each per round) after a
     warm-up round."""
@@ -58,9 +53,12 @@ def alternated(fns: dict, repeats: int) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def rss_mb() -> float:
+def status_mb(field: str) -> float:
+    """A memory figure of this process from /proc/self/status, in MB: VmRSS (now) or VmHWM
+    (the peak; unlike getrusage's ru_maxrss it starts afresh at exec, where ru_maxrss keeps
+    the parent's peak)."""
     with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
 
 
 def memory_child(root: Path, library: str, threads: int, batch: int, context: int,
@@ -76,11 +74,11 @@ def memory_child(root: Path, library: str, threads: int, batch: int, context: in
         model, _ = pygpt.load(root / "run")
     model.train()
     x = torch.randint(0, vocab, (batch, context), generator=torch.Generator().manual_seed(1))
-    loaded = rss_mb()
+    loaded = status_mb("VmRSS")
     step = train_step(model, library == "hf", x, torch.roll(x, -1, 1))
     step()
     step()
-    print(peak_rss_mb(), loaded)
+    print(status_mb("VmHWM"), loaded)
 
 
 def peak_memory(root: Path, library: str, threads: int, batch: int, context: int,
