@@ -1,7 +1,7 @@
 """int8 for every family (pygpt.onnx.int8): the int8 graphs of a GPT, a BERT (fill-mask and
 classifier) and a translator run in onnxruntime and stay close to fp32 (softmax distributions,
 argmax where fp32 is decided); the options change the graph as they say, counted node by node
-(every weight MatMul quantized by default; --int8-exclude leaves exactly its part's in float32;
+(every weight MatMul quantized by default, a head tied to the token embedding too; --int8-exclude leaves exactly its part's in float32;
 quint8 and qint8 weights; per-channel scales); runner.json records them; and pygpt-run --int8
 runs every family's int8 graphs."""
 import json
@@ -39,10 +39,13 @@ def gpt(trained, tmp_path_factory):
 
 def weight_matmuls(graph):
     """{node name: part} of the MatMuls (and Gemms, the quantizer's MatMul + Add) whose second
-    input is a float weight (an initializer)."""
+    input is a float weight (an initializer, or a Transpose of one: a head tied to the token
+    embedding)."""
     weights = {i.name for i in graph.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+    transposed = {n.output[0] for n in graph.graph.node
+                  if n.op_type == "Transpose" and n.input[0] in weights}
     return {n.name: node_part(n) for n in graph.graph.node
-            if n.op_type in ("MatMul", "Gemm") and n.input[1] in weights}
+            if n.op_type in ("MatMul", "Gemm") and n.input[1] in weights | transposed}
 
 
 def quantized(graph):
@@ -83,7 +86,8 @@ def test_options_change_the_graph_as_they_say(which, request, tmp_path):
                                       {n.op_type for n in fp32.graph.node}), gathers
             counts[exclude] = len(quantized(q))
         assert counts[("attention",)] < counts[()] and counts[("mlp",)] < counts[()]
-        if which == "classifier":  # its head (untied) is quantized unless excluded
+        if src.name != "encoder_model.onnx":  # a graph with a head (not the encoder): its
+            assert "head" in matmuls.values()  # own, or tied to the embedding, is quantized
             assert counts[("head",)] == counts[()] - 1
         for weights, per_channel in [("qint8", False), ("quint8", True)]:
             dst = tmp_path / f"{src.stem}-{weights}-{per_channel}.onnx"

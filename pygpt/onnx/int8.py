@@ -71,13 +71,47 @@ def nodes_of(graph_path: Path, parts: tuple[str, ...]) -> list[str]:
                          else [n.name])]
 
 
+def fold_transposed_weights(model: Any) -> int:
+    """Gives every MatMul that multiplies by Transpose(a weight) its own transposed copy of the
+    weight, as a constant: the quantizer quantizes only a constant weight, and a head tied to
+    the token embedding reads the shared table through a Transpose (the table itself stays, in
+    float32, for the embedding's Gather). Returns how many MatMuls were given one."""
+    import onnx
+    from onnx import numpy_helper
+
+    weights = {w.name: w for w in model.graph.initializer}
+    transposed = {n.output[0]: n for n in model.graph.node
+                  if n.op_type == "Transpose" and n.input[0] in weights}
+    folded = 0
+    for node in model.graph.node:
+        if node.op_type != "MatMul" or node.input[1] not in transposed:
+            continue
+        source = transposed[node.input[1]]
+        perm = next((list(a.ints) for a in source.attribute if a.name == "perm"), None)
+        array = numpy_helper.to_array(weights[source.input[0]])
+        copy = numpy_helper.from_array(array.transpose(perm).copy(),
+                                       f"{source.input[0]}.transposed.{folded}")
+        model.graph.initializer.append(copy)
+        node.input[1] = copy.name
+        folded += 1
+    used = {name for n in model.graph.node for name in n.input}
+    kept = [n for n in model.graph.node if n.op_type != "Transpose" or n.output[0] in used]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    onnx.checker.check_model(model)
+    return folded
+
+
 def quantize_int8(src: Path, dst: Path, settings: Int8Settings) -> None:
     """dst: src with its weights quantized to int8 by onnxruntime's dynamic quantizer, as
-    settings say."""
+    settings say (a tied head too, through its own transposed copy: fold_transposed_weights)."""
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice is noise here
-    quantize_dynamic(str(src), str(dst), per_channel=settings.per_channel,
+    model = onnx.load(str(src))
+    fold_transposed_weights(model)
+    quantize_dynamic(model, str(dst), per_channel=settings.per_channel,
                      weight_type=QuantType.QInt8 if settings.weights == "qint8"
                      else QuantType.QUInt8,
                      nodes_to_exclude=nodes_of(src, settings.exclude) if settings.exclude else [])
