@@ -13,6 +13,7 @@ count:
 
     python benchmarks/bench_hf_gpt2.py --threads 1,2
     python benchmarks/bench_hf_gpt2.py --small      # a tiny model, a smoke run of every path
+    python benchmarks/bench_hf_gpt2.py --decode-only  # the decoding rows alone
 
 Ratios are transformers' time / pygpt's (> 1: pygpt faster) and pygpt's memory / transformers'
 (< 1: pygpt smaller)."""
@@ -128,6 +129,7 @@ def main():
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     p.add_argument("--small", action="store_true", help="a tiny model: a smoke run")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--decode-only", action="store_true", help="skip the training measurements")
     p.add_argument("--memory-child", choices=["ours", "hf"], help=argparse.SUPPRESS)
     p.add_argument("--root", help=argparse.SUPPRESS)
     p.add_argument("--shape", help=argparse.SUPPRESS)
@@ -153,39 +155,50 @@ def main():
             torch.set_num_threads(n)
             runners = {v: run_onnx.OnnxGPT(str(root / "onnx"), variant=v, threads=n)
                        for v in ("fp32", "int8")}
-            hf.train(), ours.train()
-            t = alternated({"ours": train_step(ours, False, x, y),
-                            "hf": train_step(hf, True, x, y)}, args.repeats)
-            memory = {lib: peak_memory(root, lib, n, batch, context, config["vocab_size"])
-                      for lib in ("ours", "hf")}
-            tokens = batch * context
-            print(f"threads {n} train B={batch}x{context}: pygpt {tokens / t['ours']:.0f} tok/s, "
-                  f"transformers {tokens / t['hf']:.0f} tok/s: speed {t['hf'] / t['ours']:.2f}x; "
-                  f"peak RSS pygpt {memory['ours'][0]:.0f} MB (+{memory['ours'][1]:.0f} over the "
-                  f"loaded model), transformers {memory['hf'][0]:.0f} MB "
-                  f"(+{memory['hf'][1]:.0f}): {memory['ours'][0] / memory['hf'][0]:.2f}x "
-                  f"(growth {memory['ours'][1] / memory['hf'][1]:.2f}x)")
+            if not args.decode_only:
+                train_both(root, hf, ours, x, y, n, args.repeats, config["vocab_size"])
             hf.eval(), ours.eval()
             for rows in (1, 8):
                 ids = torch.randint(0, config["vocab_size"], (rows, prompt), generator=g)
+                decode_both(hf, ours, runners, ids, n, new, args.repeats)
 
-                def run(runner):
-                    for _ in run_onnx.stream(runner, np.asarray(ids), new, greedy=True):
-                        pass
 
-                with torch.inference_mode():
-                    t = alternated({
-                        "transformers": lambda: hf.generate(
-                            ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
-                            min_new_tokens=new, do_sample=False, pad_token_id=0),
-                        "pygpt cached": lambda: ours.generate(ids, new,
-                                                              sampling=Sampling(greedy=True)),
-                        **{f"runner {v}": (lambda r=r: run(r)) for v, r in runners.items()}},
-                        args.repeats)
-                base = t.pop("transformers")
-                print(f"threads {n} decode batch {rows}: transformers {rows * new / base:.1f} "
-                      "tok/s; " + "; ".join(f"{name} {rows * new / sec:.1f} ({base / sec:.2f}x)"
-                                            for name, sec in t.items()))
+def train_both(root: Path, hf, ours, x, y, n: int, repeats: int, vocab: int) -> None:
+    """Prints the two libraries' training tokens/s (alternated) and peak memory (apart)."""
+    batch, context = x.shape
+    hf.train(), ours.train()
+    t = alternated({"ours": train_step(ours, False, x, y), "hf": train_step(hf, True, x, y)},
+                   repeats)
+    memory = {lib: peak_memory(root, lib, n, batch, context, vocab) for lib in ("ours", "hf")}
+    tokens = batch * context
+    print(f"threads {n} train B={batch}x{context}: pygpt {tokens / t['ours']:.0f} tok/s, "
+          f"transformers {tokens / t['hf']:.0f} tok/s: speed {t['hf'] / t['ours']:.2f}x; "
+          f"peak RSS pygpt {memory['ours'][0]:.0f} MB (+{memory['ours'][1]:.0f} over the "
+          f"loaded model), transformers {memory['hf'][0]:.0f} MB "
+          f"(+{memory['hf'][1]:.0f}): {memory['ours'][0] / memory['hf'][0]:.2f}x "
+          f"(growth {memory['ours'][1] / memory['hf'][1]:.2f}x)")
+
+
+def decode_both(hf, ours, runners: dict, ids, n: int, new: int, repeats: int) -> None:
+    """Prints greedy decoding tokens/s of transformers' generate, pygpt's cached decode and the
+    runner's graphs, alternated call by call."""
+    rows = len(ids)
+
+    def run(runner):
+        for _ in run_onnx.stream(runner, np.asarray(ids), new, greedy=True):
+            pass
+
+    with torch.inference_mode():
+        t = alternated({
+            "transformers": lambda: hf.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+                min_new_tokens=new, do_sample=False, pad_token_id=0),
+            "pygpt cached": lambda: ours.generate(ids, new, sampling=Sampling(greedy=True)),
+            **{f"runner {v}": (lambda r=r: run(r)) for v, r in runners.items()}}, repeats)
+    base = t.pop("transformers")
+    print(f"threads {n} decode batch {rows}: transformers {rows * new / base:.1f} tok/s; "
+          + "; ".join(f"{name} {rows * new / sec:.1f} ({base / sec:.2f}x)"
+                      for name, sec in t.items()))
 
 
 if __name__ == "__main__":
