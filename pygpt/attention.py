@@ -16,14 +16,13 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-import torch
-
 from pygpt.checkpoint import load
+from pygpt.cli import use_threads
 from pygpt.config import KERNEL_SETS
 from pygpt.inspect.attention_explain import check_short, explain
 from pygpt.inspect.attention_maps import TRANSLATOR_PARTS, AttentionMaps, attention_maps
 from pygpt.inspect.attention_picture import draw_attention
-from pygpt_runtime.cli_checks import HelpFormatter, check_threads, exits_cleanly, utf8_text
+from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
 
 ALL_LAYERS = "all"
 
@@ -68,9 +67,7 @@ def _layers(maps: AttentionMaps, part: str, layer: str) -> tuple:
 def main(argv: Optional[list[str]] = None) -> None:
     args = build_parser().parse_args(argv)
     try:
-        check_threads(args.threads)
-        if args.threads is not None:
-            torch.set_num_threads(args.threads)
+        use_threads(args.threads)
         utf8_text(args.text, "--text")
         if args.target is not None:
             utf8_text(args.target, "--target")

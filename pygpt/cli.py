@@ -7,7 +7,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import typing
-from typing import Any
+from typing import Any, Optional
+
+from pygpt_runtime.cli_checks import check_threads
 
 
 def _field_type(cls: type, f: dataclasses.Field) -> Any:
@@ -44,3 +46,13 @@ def overrides(namespace: argparse.Namespace, cls: type) -> dict[str, Any]:
     """The fields of cls that were given on the command line."""
     names = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in vars(namespace).items() if k in names}
+
+
+def use_threads(threads: Optional[int]) -> None:
+    """A command's --threads: checked (a one-line ValueError), then torch's intra-op threads
+    (None: torch's choice)."""
+    check_threads(threads)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)

@@ -16,10 +16,11 @@ from typing import Optional
 import torch
 
 from pygpt.checkpoint import load
+from pygpt.cli import use_threads
 from pygpt.config import KERNEL_SETS
 from pygpt.decoding.sampling import Generates, Sampling
-from pygpt_runtime.cli_checks import (HelpFormatter, add_sampling_flags, check_threads,
-                                      exits_cleanly, utf8_text)
+from pygpt_runtime.cli_checks import (HelpFormatter, add_sampling_flags, exits_cleanly,
+                                      utf8_text)
 from pygpt_runtime.onnx_text import decode_stream
 
 
@@ -45,9 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> None:
     args = build_parser().parse_args(argv)
     try:
-        check_threads(args.threads)
-        if args.threads is not None:
-            torch.set_num_threads(args.threads)
+        use_threads(args.threads)
         if args.max_new_tokens < 0:
             raise ValueError("--max-new-tokens must be >= 0")
         sampling = Sampling(greedy=args.greedy, temperature=args.temperature, top_k=args.top_k,

@@ -109,10 +109,16 @@ def plot_runs(run_dirs: Sequence[PathLike], out_path: PathLike,
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6),
                frameon=False)
 
+    return write_png(fig, out_path, DPI)
+
+
+def write_png(fig: Figure, out_path: Union[str, Path], dpi: int) -> Path:
+    """Writes the figure as a PNG at out_path, atomically (its folder made if need be), and
+    clears it; returns the path."""
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        atomic_write(out_path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI))
+        atomic_write(out_path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
     finally:
         fig.clear()
     return out_path

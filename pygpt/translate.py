@@ -14,10 +14,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import torch
-
 from pygpt.tasks.bleu import score
 from pygpt.checkpoint import load
+from pygpt.cli import use_threads
 from pygpt.config import KERNEL_SETS
 from pygpt.io import atomic_write_text
 from pygpt.models import Seq2Seq
@@ -25,7 +24,7 @@ from pygpt.data.parallel import read_lines
 from pygpt.decoding.translate_texts import BATCH_SIZE, SPECIALS, translate_texts
 from pygpt.tokenizer import require_specials
 from pygpt.decoding.beam_search import Search
-from pygpt_runtime.cli_checks import check_threads, utf8_text
+from pygpt_runtime.cli_checks import utf8_text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,9 +70,7 @@ def _inputs(args: argparse.Namespace) -> tuple[list[str], Optional[list[str]]]:
 def main(argv: Optional[list[str]] = None) -> None:
     args = build_parser().parse_args(argv)
     try:
-        check_threads(args.threads)
-        if args.threads is not None:
-            torch.set_num_threads(args.threads)
+        use_threads(args.threads)
         search = Search(beam=1 if args.greedy else args.beam, length_penalty=args.length_penalty,
                         max_extra=args.max_len_extra)
         if args.batch_size < 1:

@@ -18,7 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pygpt.inspect.attention_maps import LayerAttention
-from pygpt.io import atomic_write
+from pygpt.plot import write_png
 
 DPI = 110
 _SHOWN = {" ": "␣", "\n": "\\n", "\t": "\\t", "\r": "\\r"}  # characters a label cannot show
@@ -74,10 +74,4 @@ def draw_attention(layers: Sequence[LayerAttention], out_path: Union[str, Path],
     fig.suptitle(title)
     fig.supxlabel("keys (what is attended to)", fontsize=9)
     fig.supylabel("queries (the positions attending)", fontsize=9)
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        atomic_write(out_path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI))
-    finally:
-        fig.clear()
-    return out_path
+    return write_png(fig, out_path, DPI)
