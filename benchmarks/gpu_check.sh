@@ -114,12 +114,15 @@ fi
 built=$?
 [ $built -eq 0 ] || grep -m 20 -iE '\berror\b|FAILED:' "$out/build.log"
 
-# 2. The tests: Python on the GPU, then the native ones.
+# 2. The tests: Python on the GPU, then the native ones. With pytest-xdist they run in four
+# worker processes, so a test that crashes its process is reported as failed and the rest still run.
+workers=()
+"$PY" -c "import xdist" 2> /dev/null && workers=(-n 4)
 if wanted tests; then
   if [ $built -ne 0 ]; then
     note tests "skipped: no extension"
   elif run_step tests 150 145 "$out/tests.log" "$PY" -m pytest -q -rs -p no:cacheprovider \
-      tests/test_cuda.py tests/test_fused_cuda.py && [ -z "$dry" ] &&
+      "${workers[@]}" tests/test_cuda.py tests/test_fused_cuda.py && [ -z "$dry" ] &&
       grep -qE '[0-9]+ skipped' "$out/tests.log"; then
     note tests-ran "failed: tests skipped on the GPU machine"
   fi

@@ -49,6 +49,11 @@ __device__ __forceinline__ T* dynamic_shared() {
 
 // Storage types: float for kFloat32, the raw bits (uint16_t) for kBFloat16, so that every
 // element type is trivially copyable and the arithmetic is always float32.
+// a * b rounded to float on its own, never fused with the addition that follows into an FMA: a
+// value that is used twice (summed over a row, then subtracted from that sum's mean) must be the
+// same number both times, or the difference of equals carries the product's rounding error.
+__device__ __forceinline__ float rounded_product(float a, float b) { return __fmul_rn(a, b); }
+
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);  // exact

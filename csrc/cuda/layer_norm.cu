@@ -39,6 +39,7 @@ using detail::ceil_div;
 using detail::group_allreduce;
 using detail::is_aligned;
 using detail::load_pack;
+using detail::rounded_product;
 using detail::store_pack;
 using detail::SumOp;
 
@@ -296,7 +297,7 @@ __global__ void __launch_bounds__(kBackwardMaxUnit)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           xhat[k][e] = (xv[e] - m) * r;
-          const float g = weight != nullptr ? dy[k][e] * wv[e] : dy[k][e];
+          const float g = weight != nullptr ? rounded_product(dy[k][e], wv[e]) : dy[k][e];
           sums.x += g;
           sums.y += g * xhat[k][e];
         }
@@ -317,7 +318,7 @@ __global__ void __launch_bounds__(kBackwardMaxUnit)
       if (weight != nullptr) load_pack<VEC>(weight + j, wv);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const float g = weight != nullptr ? dy[k][e] * wv[e] : dy[k][e];
+        const float g = weight != nullptr ? rounded_product(dy[k][e], wv[e]) : dy[k][e];
         out[e] = r * (g - mean_g - xhat[k][e] * mean_g_xhat);
         acc_w[k][e] += dy[k][e] * xhat[k][e];
         acc_b[k][e] += dy[k][e];
@@ -395,7 +396,7 @@ __global__ void __launch_bounds__(kFallbackThreads)
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const float xhat = (xv[e] - m) * r;
-        const float g = weight != nullptr ? dy[e] * wv[e] : dy[e];
+        const float g = weight != nullptr ? rounded_product(dy[e], wv[e]) : dy[e];
         sums.x += g;
         sums.y += g * xhat;
       }
@@ -412,7 +413,7 @@ __global__ void __launch_bounds__(kFallbackThreads)
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const float xhat = (xv[e] - m) * r;
-        const float g = weight != nullptr ? dy[e] * wv[e] : dy[e];
+        const float g = weight != nullptr ? rounded_product(dy[e], wv[e]) : dy[e];
         out[e] = r * (g - mean_g - xhat * mean_g_xhat);
         if (pw != nullptr) pw[j + e] += dy[e] * xhat;
         if (pb != nullptr) pb[j + e] += dy[e];

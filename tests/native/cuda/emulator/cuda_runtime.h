@@ -57,6 +57,7 @@ inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return
 
 inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
+inline float __fmul_rn(float a, float b) { return a * b; }  // a lone product is rounded
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
