@@ -94,6 +94,22 @@ CPU_ISAS = ({"avx512": ["-march=x86-64-v4", "-mprefer-vector-width=512"],
             if platform.machine().lower() in ("x86_64", "amd64") else {"base": []})
 
 
+def torch_libstdcxx() -> list:
+    """Link flags naming the libstdc++ this process (torch) has loaded, so the extension uses that
+    very library. A compiler that can only link libstdc++ statically (one seen on a GPU machine's
+    image) otherwise puts a private copy of some of libstdc++ into the extension: its streams'
+    locale was never set up there, and the first error message that formats a number crashed the
+    process. Where the compiler links libstdc++ as a shared library anyway, this changes nothing."""
+    if not sys.platform.startswith("linux"):
+        return []
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            loaded = {line.split()[-1] for line in f if "/libstdc++.so" in line}
+    except OSError:
+        return []
+    return ["-Wl,--push-state,--no-as-needed", min(loaded), "-Wl,--pop-state"] if loaded else []
+
+
 def kernel_extension():
     """The torch bindings (csrc/bindings; the *_cuda.cpp ones only in a CUDA build), the ISA
     dispatcher (csrc/dispatch) and, in a CUDA build, the CUDA kernels (csrc/cuda). The CPU kernels
@@ -102,7 +118,7 @@ def kernel_extension():
     bindings = [f for f in glob.glob("csrc/bindings/*.cpp") if cuda or not f.endswith("_cuda.cpp")]
     sources = sorted(bindings + glob.glob("csrc/dispatch/*.cpp"))
     common = dict(name="pygpt._C", include_dirs=[os.path.abspath("csrc")],
-                  extra_link_args=["-fopenmp"], py_limited_api=True)
+                  extra_link_args=["-fopenmp", *torch_libstdcxx()], py_limited_api=True)
     if not cuda:
         return CppExtension(sources=sources, extra_compile_args=CXX_ARGS, **common)
     common["include_dirs"] += pip_cuda_include_dirs()

@@ -83,7 +83,7 @@ finish() {
 }
 
 # 0. The machine.
-run_step env 60 400 "$out/build.log" "$PY" benchmarks/gpu_env.py --json "$work/env.json"
+run_step env 60 0 "$out/build.log" "$PY" benchmarks/gpu_env.py --json "$work/env.json"
 if [ -z "$dry" ]; then
   arch=$("$PY" benchmarks/gpu_env.py --arch 2>> "$out/build.log") &&
     cuda_home=$("$PY" benchmarks/gpu_env.py --cuda-home 2>> "$out/build.log") || {
