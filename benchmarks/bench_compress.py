@@ -1,30 +1,37 @@
 #!/usr/bin/env python
-"""Smaller and faster for deployment, per family: fp32, int8 (each option set), a distilled
-student and the same student trained without the teacher, and any extra run folders (e.g.
-pruned models, `--extra NAME=RUN`): parameters, graph size, onnxruntime latency at batch 1 on 1
-thread (and tokens/s for generation), and quality, all measured on the exported graphs with the
-torch-free runner (pygpt_runtime), so the int8 rows are measured as they ship.
+"""Smaller and faster for deployment, per family: the fp32 teacher, its int8 exports (each
+option set), structurally pruned copies of it (--prune, each also in int8), a distilled student
+and the same student trained without the teacher, and for each pruned size the same shape
+trained from scratch as long (teacher steps + recovery steps): parameters, graph size,
+onnxruntime latency at batch 1 on 1 thread (and tokens/s for generation), and quality, all
+measured on the exported graphs with the torch-free runner (pygpt_runtime), so the int8 rows are
+measured as they ship.
 
-- GPT: the teacher is the --teacher-flags model, the student the --student-flags one (half the
-  layers by default), both trained --steps steps on the shipped Shakespeare; quality: val loss
-  (nats) on the last tenth of the text, in whole context windows.
-- BERT: speaker attribution (pygpt.speakers): per --seeds seed a classifier teacher, a distilled
-  student and the plain student, each trained --steps steps from scratch; quality: accuracy and
-  macro-F1 on test.tsv, mean and a 95% normal interval over the seeds (bench_bert.py's task).
-- Translator: Multi30k (--data-dir, as bench_translate.py); quality: sacreBLEU of greedy
-  translations of test_2016_flickr.
+- GPT: the `baby` preset as teacher, 2 of its 4 layers as student, on the shipped Shakespeare
+  (default 2000 steps, the default run's); quality: val loss (nats) on the last tenth of the
+  text, in whole context windows.
+- BERT: speaker attribution (pygpt.speakers): per --seeds seed a `bert-classify` teacher, a
+  distilled 2-layer student and the plain student, each trained --steps steps from scratch
+  (default 600, the preset's); quality: accuracy and macro-F1 on test.tsv, mean and a 95% normal
+  interval over the seeds (bench_bert.py's task).
+- Translator: the `seq2seq` preset on Multi30k (--data-dir, as bench_translate.py), student 2
+  layers (default 600 steps); quality: sacreBLEU of greedy translations of test_2016_flickr.
 
-Every run is a command line in a subprocess, exactly as a user runs it. The real measurement,
-on a quiet machine (about an hour per family at these sizes on one core):
-  python benchmarks/bench_compress.py --family gpt --threads 1 --workdir runs/compress-gpt
-  python benchmarks/bench_compress.py --family bert --threads 1 --seeds 1 2 3 4 --workdir runs/compress-bert
-  python benchmarks/bench_compress.py --family seq2seq --threads 1 --workdir runs/compress-mt
-  python benchmarks/bench_compress.py --family gpt --extra pruned=runs/pruned   # add a run folder
+Pruning is `python -m pygpt.prune --heads-per-layer K --mlp-fraction F --recover-iters R` on the
+teacher (--prune K:F, default 2:0.5 and 1:0.75; R = --recover-iters, default a quarter of the
+steps). Every run is a command line in a subprocess, exactly as a user runs it. The real
+measurement, on a quiet machine (2-core AMD EPYC, one thread each: GPT about 25 min, BERT about
+10 min per seed, translator about 70 min):
+  python benchmarks/bench_compress.py --family gpt --workdir runs/compress-gpt
+  python benchmarks/bench_compress.py --family bert --seeds 1 2 3 4 --workdir runs/compress-bert
+  python benchmarks/bench_compress.py --family seq2seq --workdir runs/compress-mt
+  python benchmarks/bench_compress.py --family gpt --extra other=runs/other   # add a run folder
 A smoke test of the whole pipeline (numbers mean nothing): --small.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import statistics
 import subprocess
@@ -46,29 +53,48 @@ DATA = REPO.parent / "shared" / "data" / "multi30k"
 INT8 = {"int8": [], "int8-quint8-pc": ["--int8-weights", "quint8", "--int8-per-channel"],
         "int8-no-attn": ["--int8-exclude", "attention"], "int8-no-head": ["--int8-exclude", "head"]}
 SIZES = {  # family: (teacher flags, student flags, --small's teacher and student)
-    "gpt": ("--preset shakespeare", "--preset shakespeare --n-layer 3",
+    "gpt": ("--preset baby", "--preset baby --n-layer 2",
             "--n-layer 2 --n-embd 32 --n-head 2 --block-size 32", "--n-layer 1 --n-embd 32 "
             "--n-head 2 --block-size 32"),
     "bert": ("--arch bert --task classify", "--arch bert --task classify --n-layer 2",
              "--arch bert --task classify --n-layer 2 --n-embd 32 --n-head 2 --block-size 64 "
              "--vocab-size 400", "--arch bert --task classify --n-layer 1 --n-embd 32 "
              "--n-head 2 --block-size 64 --vocab-size 400"),
-    "seq2seq": ("--arch seq2seq", "--arch seq2seq --n-layer 2",
+    "seq2seq": ("--arch seq2seq --warmup-iters 60",
+                "--arch seq2seq --warmup-iters 60 --n-layer 2",
                 "--arch seq2seq --tokenizer char --n-layer 1 --n-embd 32 --n-head 2 "
                 "--block-size 64 --max-tokens 400", "--arch seq2seq --tokenizer char --n-layer 1 "
                 "--n-embd 16 --n-head 2 --block-size 64 --max-tokens 400 --bleu-sentences 4")}
+STEPS = {"gpt": 2000, "bert": 600, "seq2seq": 600}  # each family's preset length (seq2seq: shorter)
 
 
 def sh(*cmd: str) -> None:
     subprocess.run([sys.executable, *cmd], check=True, stdout=subprocess.DEVNULL, cwd=REPO)
 
 
-def train(args, out: Path, flags: list[str], seed: int = 1337) -> Path:
+def train(args, out: Path, flags: list[str], seed: int = 1337, steps: int = 0) -> Path:
+    steps = steps or args.steps
     if not (out / "model.safetensors").exists():
         sh("-m", "pygpt.train", *flags, *data_flags(args), "--out", str(out), "--quiet",
-           "--max-iters", str(args.steps), "--eval-interval", str(args.steps),
+           "--max-iters", str(steps), "--eval-interval", str(steps),
            "--seed", str(seed), "--threads", str(args.threads))
     return out
+
+
+def prune(args, teacher: Path, out: Path, size: str) -> Path:
+    heads, fraction = size.split(":")
+    if not (out / "model.safetensors").exists():
+        sh("-m", "pygpt.prune", "--ckpt", str(teacher), "--out", str(out), "--quiet",
+           "--heads-per-layer", heads, "--mlp-fraction", fraction,
+           "--recover-iters", str(args.recover_iters), "--threads", str(args.threads))
+    return out
+
+
+def shape_flags(run: Path) -> list[str]:
+    """The flags that train a model of run's (pruned) shape from scratch."""
+    model = json.loads((run / "config.json").read_text(encoding="utf-8"))["model"]
+    return [f for name in ("n_head", "qk_dim", "v_dim", "mlp_dim") if model.get(name)
+            for f in (f"--{name.replace('_', '-')}", str(model[name]))]
 
 
 def data_flags(args) -> list[str]:
@@ -167,14 +193,16 @@ def params(run: Path) -> int:
 
 
 def rows_of(args, runs: dict[str, Path], work: Path) -> dict[str, dict]:
-    """Each run's fp32 row and, for the teacher and extra runs, its int8 rows."""
+    """Each run's fp32 row; the int8 rows of every option for the teacher and extra runs, of the
+    default option for the pruned ones."""
     rows = {}
     for name, run in runs.items():
-        for option, flags in INT8.items():
-            if option != "int8" and name not in ("teacher",) and not name.startswith("extra:"):
-                continue
-            folder = export(run, work / "onnx" / f"{name}-{option}", flags)
-            for variant in (["fp32"] if option == "int8" else []) + ["int8"]:
+        every = name == "teacher" or name.startswith("extra:")
+        with_int8 = every or name.startswith("pruned")
+        for option in INT8 if every else ["int8"]:
+            folder = export(run, work / "onnx" / f"{name}-{option}", INT8[option])
+            variants = (["fp32"] if option == "int8" else []) + (["int8"] if with_int8 else [])
+            for variant in variants:
                 label = f"{name} {variant if variant == 'fp32' else option}"
                 rows[label] = {"params": params(run), **MEASURE[args.family](folder, variant, args)}
     return rows
@@ -182,8 +210,10 @@ def rows_of(args, runs: dict[str, Path], work: Path) -> dict[str, dict]:
 
 def interval(values: list[float]) -> str:
     mean = statistics.mean(values)
-    if all(float(v).is_integer() for v in values) and len(set(values)) == 1:
+    if all(isinstance(v, int) for v in values) and len(set(values)) == 1:
         return f"{int(values[0]):,}"
+    if len(values) == 1:
+        return f"{mean:.3f}"
     half = 1.96 * statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
     return f"{mean:.3f} ± {half:.3f}"
 
@@ -201,15 +231,24 @@ def bench(args, work: Path) -> None:
         teacher = train(args, work / f"teacher-{seed}", teacher_flags, seed)
         distil = ["--distill-from", str(teacher), "--distill-temperature",
                   str(args.temperature), "--distill-alpha", str(args.alpha)]
-        runs = {"teacher": teacher,
-                "distilled student": train(args, work / f"distilled-{seed}",
-                                           student_flags + distil, seed),
-                "plain student": train(args, work / f"plain-{seed}", student_flags, seed),
-                **{f"extra:{k}": Path(v) for k, v in (e.split("=", 1) for e in args.extra)}}
+        runs = {"teacher": teacher}
+        for size in args.prune:
+            pruned = prune(args, teacher, work / f"pruned-{size.replace(':', '-')}-{seed}", size)
+            runs[f"pruned {size}"] = pruned
+            runs[f"scratch {size}"] = train(
+                args, work / f"scratch-{size.replace(':', '-')}-{seed}",
+                teacher_flags + shape_flags(pruned), seed, args.steps + args.recover_iters)
+        runs.update({"distilled student": train(args, work / f"distilled-{seed}",
+                                                student_flags + distil, seed),
+                     "plain student": train(args, work / f"plain-{seed}", student_flags, seed),
+                     **{f"extra:{k}": Path(v) for k, v in (e.split("=", 1) for e in args.extra)}})
         per_seed.append(rows_of(args, runs, work / f"seed-{seed}"))
     columns = list(next(iter(per_seed[0].values())))
     print(f"\n## {args.family}: {args.steps} steps, distillation T {args.temperature}, alpha "
-          f"{args.alpha}; seeds {' '.join(map(str, args.seeds))} (mean ± 95% interval)\n")
+          f"{args.alpha}; pruned K:F = K heads per layer, fraction F of MLP units removed, "
+          f"{args.recover_iters} recovery steps; scratch K:F = that shape trained "
+          f"{args.steps + args.recover_iters} steps; seeds {' '.join(map(str, args.seeds))} "
+          "(mean ± 95% interval)\n")
     print("| model | " + " | ".join(columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
     for label in per_seed[0]:
@@ -220,8 +259,12 @@ def bench(args, work: Path) -> None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--family", choices=list(SIZES), required=True)
-    p.add_argument("--steps", type=int, default=None, help="training steps of every run "
-                   "(default 5000; --small 4)")
+    p.add_argument("--steps", type=int, default=None, help="training steps of the teacher and "
+                   "students (default: gpt 2000, bert 600, seq2seq 600; --small 4)")
+    p.add_argument("--prune", nargs="*", default=["2:0.5", "1:0.75"], metavar="K:F",
+                   help="pruned sizes: K heads kept per layer, fraction F of MLP units removed")
+    p.add_argument("--recover-iters", type=int, default=None,
+                   help="fine-tuning steps after pruning (default: a quarter of --steps)")
     p.add_argument("--seeds", type=int, nargs="+", default=[1])
     p.add_argument("--temperature", type=float, default=2.0)
     p.add_argument("--alpha", type=float, default=0.5)
@@ -241,7 +284,17 @@ def main(argv=None) -> None:
         args.steps = args.steps or 4
         args.eval_windows, args.gen_tokens, args.repeats = 4, 8, 2
         args.test_lines = args.test_lines or 12
-    args.steps = args.steps or 5000
+    args.steps = args.steps or STEPS[args.family]
+    if args.recover_iters is None:
+        args.recover_iters = args.steps // 4
+    for size in args.prune:
+        heads, _, fraction = size.partition(":")
+        try:
+            ok = heads.isdigit() and int(heads) > 0 and 0 <= float(fraction) < 1
+        except ValueError:
+            ok = False
+        if not ok:
+            p.error(f"--prune takes K:F (K heads kept per layer, F in [0, 1)), got {size!r}")
     run_benchmark("bench_compress", args, bench, "1 (onnxruntime), --threads for training")
 
 
