@@ -32,6 +32,7 @@ VARIANTS = {  # name -> (transformers class, config)
     "pretraining": ("BertForPreTraining", dict(hidden_act="gelu_new", type_vocab_size=3)),
     "classifier": ("BertForSequenceClassification", {}),
     "mlm-untied": ("BertForMaskedLM", dict(tie_word_embeddings=False)),
+    "mlm-narrow": ("BertForMaskedLM", dict(intermediate_size=100)),  # not 4 x hidden_size
 }
 TEXTS = ["to be or not to be , that is the question", "the end", "question ##s !"]
 
@@ -247,7 +248,7 @@ def test_pygpt_bert_round_trip(tmp_path, config, kept):
     ({"position_embedding_type": "relative_key"}, "position_embedding_type"),
     ({"is_decoder": True}, "is_decoder"),
     ({"hidden_act": "relu"}, "hidden_act"),
-    ({"intermediate_size": 100}, "intermediate_size"),
+    ({"intermediate_size": -1}, "intermediate_size"),
     ({"architectures": ["BertForTokenClassification"]}, "BertForTokenClassification"),
     ({"problem_type": "regression"}, "problem_type"),
     ({"id2label": {"0": "a", "2": "b", "1": "c", "5": "d"}}, "id2label"),

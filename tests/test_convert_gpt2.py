@@ -31,6 +31,7 @@ VARIANTS = {  # name -> (transformers class, config)
                                                 tie_word_embeddings=False,
                                                 layer_norm_epsilon=1e-3)),
     "relu": ("GPT2LMHeadModel", dict(activation_function="relu", n_layer=1)),
+    "narrow-mlp": ("GPT2LMHeadModel", dict(n_inner=48)),  # not 4 x n_embd
 }
 
 
@@ -192,7 +193,7 @@ def test_fine_tune_an_imported_gpt2(imported, tmp_path):
 @pytest.mark.parametrize("setting, named", [
     ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx"),
     ({"scale_attn_weights": False}, "scale_attn_weights"),
-    ({"n_inner": 100}, "n_inner"),
+    ({"n_inner": -1}, "n_inner"),
     ({"activation_function": "silu"}, "activation_function"),
     ({"add_cross_attention": True}, "add_cross_attention"),
     ({"architectures": ["GPT2ForSequenceClassification"]}, "GPT2ForSequenceClassification"),

@@ -86,9 +86,8 @@ def import_layout(hf: dict[str, Any], names: set[str]) -> Layout:
     if activation not in ACTIVATIONS:
         reasons.append(f"hidden_act is {activation!r} (pygpt's BERT has {', '.join(ACTIVATIONS)})")
     intermediate = setting(hf, "intermediate_size", 3072, int)
-    if intermediate != 4 * hidden:
-        reasons.append(f"intermediate_size is {intermediate} (pygpt's MLP is 4 x hidden_size = "
-                       f"{4 * hidden} wide)")
+    if intermediate < 1:
+        reasons.append(f"intermediate_size is {intermediate} (an MLP needs a positive width)")
     classifier = "classifier.weight" in names
     if classifier and setting(hf, "problem_type", None, str) not in SINGLE_LABEL:
         reasons.append(f"problem_type is {hf['problem_type']!r} (pygpt classifies into one "
@@ -103,6 +102,7 @@ def import_layout(hf: dict[str, Any], names: set[str]) -> Layout:
             block_size=setting(hf, "max_position_embeddings", 512, int),
             n_layer=setting(hf, "num_hidden_layers", 12, int),
             n_head=setting(hf, "num_attention_heads", 12, int), n_embd=hidden,
+            mlp_dim=0 if intermediate == 4 * hidden else intermediate,
             dropout=setting(hf, "hidden_dropout_prob", 0.1, float), norm="post",
             activation=ACTIVATIONS[activation],
             embed_norm=True, final_norm=False, tie_weights=tie,

@@ -64,8 +64,8 @@ def import_layout(hf: dict[str, Any], names: set[str]) -> Layout:
         reasons.append(f"activation_function {activation!r} (pygpt has "
                        f"{', '.join(ACTIVATIONS)})")
     n_inner = setting(hf, "n_inner", None, int)
-    if n_inner not in (None, 4 * n_embd):
-        reasons.append(f"n_inner is {n_inner} (pygpt's MLP is 4 x n_embd = {4 * n_embd} wide)")
+    if n_inner is not None and n_inner < 1:
+        reasons.append(f"n_inner is {n_inner} (an MLP needs a positive width)")
     refuse("this GPT-2", reasons)
     tie = setting(hf, "tie_word_embeddings", True, bool)
     try:
@@ -73,7 +73,8 @@ def import_layout(hf: dict[str, Any], names: set[str]) -> Layout:
             arch="gpt", vocab_size=setting(hf, "vocab_size", 50257, int),
             block_size=setting(hf, "n_positions", 1024, int),
             n_layer=setting(hf, "n_layer", 12, int), n_head=setting(hf, "n_head", 12, int),
-            n_embd=n_embd, dropout=setting(hf, "resid_pdrop", 0.1, float),
+            n_embd=n_embd, mlp_dim=0 if n_inner in (None, 4 * n_embd) else n_inner,
+            dropout=setting(hf, "resid_pdrop", 0.1, float),
             activation=ACTIVATIONS[activation],
             norm_eps=setting(hf, "layer_norm_epsilon", 1e-5, float), tie_weights=tie)
     except ValueError as e:
