@@ -39,12 +39,7 @@ def gpt2_folder(folder, cls_name="GPT2LMHeadModel", seed=0, **config):
     vocab = bpe_files(folder)
     settings = dict(n_embd=32, n_layer=2, n_head=4, n_positions=32, vocab_size=vocab,
                     bos_token_id=vocab - 1, eos_token_id=vocab - 1)
-    settings.update(config)
-    torch.manual_seed(seed)
-    model = getattr(transformers, cls_name)(transformers.GPT2Config(**settings)).eval()
-    spread(model)
-    model.save_pretrained(folder)
-    return model
+    return save_random(folder, cls_name, transformers.GPT2Config(**{**settings, **config}), seed)
 
 
 def bert_folder(folder, cls_name="BertForMaskedLM", seed=0, **config):
@@ -57,12 +52,32 @@ def bert_folder(folder, cls_name="BertForMaskedLM", seed=0, **config):
     settings = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                     intermediate_size=128, vocab_size=len(WORDS), max_position_embeddings=32,
                     id2label={0: "neg", 1: "pos", 2: "mixed"})
-    settings.update(config)
+    return save_random(folder, cls_name, transformers.BertConfig(**{**settings, **config}), seed)
+
+
+def save_random(folder, cls_name, config, seed):
+    """transformers' model class cls_name with config, random weights from seed spread far from
+    their initial values, saved into folder."""
+    import transformers
+
     torch.manual_seed(seed)
-    model = getattr(transformers, cls_name)(transformers.BertConfig(**settings)).eval()
+    model = getattr(transformers, cls_name)(config).eval()
     spread(model)
     model.save_pretrained(folder)
     return model
+
+
+def import_variants(tmp_path_factory, variants, make_folder):
+    """name -> (HF folder, its model, the pygpt run converted from it) for each name ->
+    (transformers class, config) of variants, the folder made by make_folder (gpt2_folder or
+    bert_folder)."""
+    out = {}
+    for name, (cls_name, config) in variants.items():
+        root = tmp_path_factory.mktemp(name)
+        model = make_folder(root / "hf", cls_name, **config)
+        assert convert("--from-hf", root / "hf", "--out", root / "run") == (0, None)
+        out[name] = (root / "hf", model, root / "run")
+    return out
 
 
 def spread(model, std=0.2):

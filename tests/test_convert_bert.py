@@ -13,7 +13,7 @@ import torch
 import pygpt
 import pygpt.classify
 import pygpt.fill_mask
-from hf_helpers import WORDS, bert_folder, convert, load_hf, tensors
+from hf_helpers import WORDS, bert_folder, convert, import_variants, load_hf, tensors
 from helpers import train_cli
 from pygpt import checkpoint
 from pygpt.config import ModelConfig
@@ -40,13 +40,7 @@ TEXTS = ["to be or not to be , that is the question", "the end", "question ##s !
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     """name -> (HF folder, its model, the pygpt run converted from it)."""
-    out = {}
-    for name, (cls_name, config) in VARIANTS.items():
-        root = tmp_path_factory.mktemp(name)
-        model = bert_folder(root / "hf", cls_name, **config)
-        assert convert("--from-hf", root / "hf", "--out", root / "run") == (0, None)
-        out[name] = (root / "hf", model, root / "run")
-    return out
+    return import_variants(tmp_path_factory, VARIANTS, bert_folder)
 
 
 def padded(tokenizer, segments=True):

@@ -11,7 +11,7 @@ import torch
 
 import pygpt
 import pygpt.generate
-from hf_helpers import TEXT, convert, gpt2_folder, load_hf, tensors
+from hf_helpers import TEXT, convert, gpt2_folder, import_variants, load_hf, tensors
 from helpers import train_cli
 from pygpt import checkpoint
 from pygpt.config import ModelConfig
@@ -38,13 +38,7 @@ VARIANTS = {  # name -> (transformers class, config)
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     """name -> (HF folder, its model, the pygpt run converted from it)."""
-    out = {}
-    for name, (cls_name, config) in VARIANTS.items():
-        root = tmp_path_factory.mktemp(name)
-        model = gpt2_folder(root / "hf", cls_name, **config)
-        assert convert("--from-hf", root / "hf", "--out", root / "run") == (0, None)
-        out[name] = (root / "hf", model, root / "run")
-    return out
+    return import_variants(tmp_path_factory, VARIANTS, gpt2_folder)
 
 
 def hf_logits(model, ids):

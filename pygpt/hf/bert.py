@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from pygpt.config import ModelConfig
-from pygpt.hf.mapping import (Layout, TensorMap, head_width_reasons, linear, refuse, setting,
-                              stacked)
+from pygpt.hf.mapping import (Layout, TensorMap, check_architectures, head_width_reasons,
+                              linear, refuse, setting, stacked)
 
 MODEL_TYPE = "bert"
 ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining",
@@ -68,11 +68,7 @@ def mlm_maps(cfg: ModelConfig) -> list[TensorMap]:
 
 def import_layout(hf: dict[str, Any], names: set[str]) -> Layout:
     """The pygpt BERT of a BERT config.json whose weights file holds the tensors `names`."""
-    architectures = setting(hf, "architectures", None, list) or []
-    unknown = [a for a in architectures if a not in ARCHITECTURES]
-    if unknown:
-        raise ValueError(f"config.json: architectures {unknown[0]} is not converted (pygpt "
-                         f"converts {', '.join(ARCHITECTURES)})")
+    check_architectures(hf, ARCHITECTURES)
     hidden = setting(hf, "hidden_size", 768, int)
     reasons = []
     position = setting(hf, "position_embedding_type", "absolute", str)

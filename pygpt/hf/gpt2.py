@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from pygpt.config import ModelConfig
-from pygpt.hf.mapping import (Layout, TensorMap, head_width_reasons, linear, refuse,
-                              setting)
+from pygpt.hf.mapping import (Layout, TensorMap, check_architectures, head_width_reasons,
+                              linear, refuse, setting)
 
 MODEL_TYPE = "gpt2"
 ARCHITECTURES = ("GPT2LMHeadModel", "GPT2Model")
@@ -51,11 +51,7 @@ def tensor_maps(cfg: ModelConfig, prefix: str) -> list[TensorMap]:
 
 def import_layout(hf: dict[str, Any], names: set[str]) -> Layout:
     """The pygpt GPT of a GPT-2 config.json whose weights file holds the tensors `names`."""
-    architectures = setting(hf, "architectures", None, list) or []
-    unknown = [a for a in architectures if a not in ARCHITECTURES]
-    if unknown:
-        raise ValueError(f"config.json: architectures {unknown[0]} is not converted (pygpt "
-                         f"converts {' and '.join(ARCHITECTURES)})")
+    check_architectures(hf, ARCHITECTURES)
     n_embd = setting(hf, "n_embd", 768, int)
     reasons = [f"{name} is {hf[name]!r} (pygpt's GPT has only {value!r})"
                for name, value in FIXED.items() if hf.get(name, value) != value]

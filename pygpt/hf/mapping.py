@@ -77,6 +77,14 @@ def setting(hf: Mapping[str, Any], name: str, default: Any, kind: type) -> Any:
     return value
 
 
+def check_architectures(hf: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    """A ValueError naming the first of config.json's architectures that is not one of known."""
+    unknown = [a for a in setting(hf, "architectures", None, list) or [] if a not in known]
+    if unknown:
+        raise ValueError(f"config.json: architectures {unknown[0]} is not converted (pygpt "
+                         f"converts {', '.join(known)})")
+
+
 def refuse(what: str, reasons: list[str]) -> None:
     """One ValueError listing every option (reasons) that stops the conversion of what."""
     if reasons:
