@@ -118,14 +118,16 @@ const HEAT = [74, 123, 208];  // the colour of weight 1 (weight 0: white)
 const ATTENTION_INPUT = {generate: ["prompt", "Attention of the prompt"],
                          "fill-mask": ["mask-text", "Attention of the text"],
                          classify: ["cls-text", "Attention of the text"],
-                         translate: ["source", "Attention of the first source sentence and its translation"]};
+                         translate: ["source",
+                                     "Attention of the first source sentence and its translation"]};
 // Per part: what a map's rows (queries) and columns (keys) are.
 const AXES = {
   self: "a row per query token, a column per key token it attends to",
   encoder: "a row per source token, a column per source token it attends to",
   decoder: "a row per target token, a column per target token it attends to ([BOS] first)",
   cross: "a row per target token (the decoder's queries), a column per source token (the " +
-         "encoder's keys): for a trained translator, the source words each target word is read from",
+         "encoder's keys): for a trained translator, the source words each target word is " +
+         "read from",
 };
 let attention = null;  // /health's attention: {parts: {part: layers}, heads, max_tokens}
 
@@ -186,7 +188,8 @@ async function attend() {
   showError("");
   const part = $("attn-part").value;
   const body = {text: attentionText(), layer: Number($("attn-layer").value), part};
-  if (attention.task === "translate" && $("attn-target").value) body.target = $("attn-target").value;
+  const given = $("attn-target").value;
+  if (attention.task === "translate" && given) body.target = given;
   const answer = await (await post("/v1/attention", body)).json();
   const source = answer.tokens, target = answer.target_tokens;
   const [rows, columns] = {self: [source, source], encoder: [source, source],
