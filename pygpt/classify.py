@@ -18,15 +18,21 @@ from pygpt.tokenizer import require_specials
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
 
 
-def load_classifier(ckpt: str, kernels: str = "ext") -> tuple[BERT, object, list[str]]:
-    """(model, tokenizer, labels) of a classifier checkpoint; a ValueError for any other."""
-    model, tokenizer = load(ckpt, kernels=kernels)
+def classifier_labels(ckpt: str, model: torch.nn.Module, tokenizer) -> list[str]:
+    """The labels of the classifier loaded from ckpt (model, tokenizer); a ValueError for any
+    other model."""
     labels = load_labels(ckpt)
     if not isinstance(model, BERT) or labels is None:
         raise ValueError(f"{ckpt} holds a {model.config.arch} model without a classification "
                          "head; train one with python -m pygpt.train --task classify")
     require_specials(tokenizer.special_tokens, tokenizer.encoding_needs, "texts to classify")
-    return model, tokenizer, labels
+    return labels
+
+
+def load_classifier(ckpt: str, kernels: str = "ext") -> tuple[BERT, object, list[str]]:
+    """(model, tokenizer, labels) of a classifier checkpoint; a ValueError for any other."""
+    model, tokenizer = load(ckpt, kernels=kernels)
+    return model, tokenizer, classifier_labels(ckpt, model, tokenizer)
 
 
 @torch.inference_mode()
@@ -34,6 +40,15 @@ def predict(model: BERT, encoded: Encoded, batch_size: int = 64) -> torch.Tensor
     """The class probabilities (n, num_labels) of every encoded example, in order."""
     return torch.cat([require_finite(model(**batch._replace(labels=None)._asdict()).logits)
                       .float().softmax(-1) for batch in encoded.in_order(batch_size)])
+
+
+def classify_texts(model: BERT, tokenizer, labels: Sequence[str], texts: Sequence[str],
+                   pairs: Optional[Sequence[str]] = None, source: str = "--text") -> torch.Tensor:
+    """The class probabilities (n, num_labels) of texts (each with its pair from pairs), each
+    cut to the model's positions as in training; errors name source."""
+    examples = [Example(text, None if pairs is None else pairs[n], labels[0], n + 1)
+                for n, text in enumerate(texts)]
+    return predict(model, Encoded(examples, labels, tokenizer, model.config.block_size, source))
 
 
 def confusion(predicted: torch.Tensor, true: torch.Tensor, num_labels: int) -> torch.Tensor:
@@ -90,8 +105,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                 if not args.text.strip() or (args.text_pair is not None
                                              and not args.text_pair.strip()):
                     raise ValueError("--text and --text-pair must not be empty")
-                one = Example(args.text, args.text_pair, labels[0], 1)
-                probs = predict(model, Encoded([one], labels, tokenizer, block, "--text"))[0]
+                pairs = None if args.text_pair is None else [args.text_pair]
+                probs = classify_texts(model, tokenizer, labels, [args.text], pairs)[0]
             else:
                 examples = read_labelled(args.data)
                 encoded = Encoded(examples, labels, tokenizer, block, Path(args.data))

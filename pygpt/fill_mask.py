@@ -17,14 +17,19 @@ from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
 MASK = "[MASK]"
 
 
+def require_mask_specials(tokenizer: Tokenizer) -> None:
+    """A ValueError unless the tokenizer has the special tokens a fill-mask prompt needs."""
+    require_specials(tokenizer.special_tokens,
+                     ("[CLS]", "[SEP]", MASK, *tokenizer.encoding_needs), "fill-mask prompts")
+
+
 @torch.inference_mode()
 def fill_mask(model: BERT, tokenizer: Tokenizer, text: str,
               top_k: int = 5) -> list[list[tuple[str, float]]]:
     """For each [MASK] in text, in order, the top_k (token, probability) pairs. The text is one
     segment, [CLS] text [SEP]; "[MASK]" written in it is the mask token."""
+    require_mask_specials(tokenizer)
     specials = tokenizer.special_tokens
-    require_specials(specials, ("[CLS]", "[SEP]", MASK, *tokenizer.encoding_needs),
-                     "fill-mask prompts")
     ids = [specials["[CLS]"], *tokenizer.encode(text, parse_specials=True), specials["[SEP]"]]
     if len(ids) > model.config.block_size:
         raise ValueError(f"the text is {len(ids)} tokens with [CLS] and [SEP]; the model takes "

@@ -1,8 +1,8 @@
 """`python -m pygpt.serve --model EXPORT_DIR`: the HTTP server of an ONNX export, the same as the
 torch-free runtime's `pygpt-serve` (pygpt_runtime.serve_command), which it runs without
-importing torch; `python -m pygpt.serve --ckpt RUN` serves a GPT checkpoint on pygpt's torch
-model instead, with attention maps in the playground (pygpt.serve_checkpoint, imported only
-then)."""
+importing torch; `python -m pygpt.serve --ckpt RUN` serves a checkpoint of any family on
+pygpt's torch model instead, with attention maps in the playground (pygpt.serve_checkpoint,
+imported only then)."""
 from __future__ import annotations
 
 import argparse
@@ -20,8 +20,9 @@ def _open_checkpoint(args: argparse.Namespace, limits: Any) -> Any:
     return open_checkpoint(args, limits)
 
 
-CHECKPOINTS = ("a GPT checkpoint folder (config.json, model.safetensors), served with PyTorch, "
-               "with attention maps (POST /v1/attention and in the playground)", _open_checkpoint)
+CHECKPOINTS = ("a checkpoint folder of any family (config.json, model.safetensors), served with "
+               "PyTorch, with attention maps (POST /v1/attention and in the playground)",
+               _open_checkpoint)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -35,7 +35,8 @@ LAYERS = [
     ["pygpt.export", "pygpt.hf"],
     ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",
      "pygpt.translate", "pygpt.attention", "pygpt.convert", "pygpt.serve", "pygpt.prune",
-     "pygpt.serve_checkpoint",
+     "pygpt.serve_checkpoint", "pygpt.serve_gpt_worker", "pygpt.serve_torch_tasks",
+     "pygpt.serve_attention",
      "pygpt"],  # command lines, and the package's pygpt.load
 ]
 MAX_LINES = 300

@@ -2,8 +2,9 @@
 HTTP): completions equal what pygpt.generate gives for the same prompts, seed and settings;
 POST /v1/attention gives exactly pygpt.inspect.attention_maps' probabilities for the text, of
 one layer or all; bad attention requests are 400s naming the field; the playground in headless
-Chromium draws the attention panel's heatmaps; and a checkpoint of another family, or --int8
-with a checkpoint, is a one-line error."""
+Chromium draws the attention panel's heatmaps; and --int8 with a checkpoint, or a BERT whose
+tokenizer cannot write a fill-mask prompt, is a one-line error. (BERT and translator
+checkpoints: test_serve_checkpoint_tasks.py.)"""
 import os
 import subprocess
 import sys
@@ -66,16 +67,17 @@ def test_attention_equals_attention_maps(server, ckpt, layer):
     maps = attention_maps(model, tokenizer, [text])[0]
     got = server.client.post("/v1/attention", json={"text": text, **(
         {} if layer is None else {"layer": layer})}).json()
-    assert got["tokens"] == list(maps.tokens) and (got["n_layer"], got["n_head"]) == (N_LAYER,
-                                                                                        N_HEAD)
+    assert got["tokens"] == list(maps.tokens) and got["target_tokens"] == []
+    assert (got["parts"], got["n_head"]) == ({"self": N_LAYER}, N_HEAD)
     layers = range(N_LAYER) if layer is None else [layer]
-    assert [entry["layer"] for entry in got["layers"]] == list(layers)
+    assert [(entry["part"], entry["layer"]) for entry in got["layers"]] == [
+        ("self", i) for i in layers]
     for entry in got["layers"]:
         expected = maps.layers("self")[entry["layer"]].probs.numpy()
         assert np.array(entry["probs"], dtype=np.float32).shape == (N_HEAD, len(text), len(text))
         np.testing.assert_array_equal(np.array(entry["probs"], dtype=np.float32), expected)
     assert server.client.get("/health").json()["attention"] == {
-        "layers": N_LAYER, "heads": N_HEAD, "max_tokens": BLOCK}
+        "parts": {"self": N_LAYER}, "heads": N_HEAD, "max_tokens": BLOCK}
 
 
 @pytest.mark.parametrize("body, field", [
@@ -87,6 +89,8 @@ def test_attention_equals_attention_maps(server, ckpt, layer):
     ({"text": "First", "layer": "0"}, "layer"),
     ({"text": 3}, "text"),
     ({"text": "First", "heads": 2}, "heads"),
+    ({"text": "First", "part": "cross"}, "part"),  # a translator's
+    ({"text": "First", "target": "Second"}, "target"),
 ])
 def test_bad_attention_requests_are_400_naming_the_field(server, body, field):
     r = server.client.post("/v1/attention", json=body)
@@ -130,14 +134,14 @@ def test_checkpoint_errors_are_one_line(ckpt, tmp_path):
     done = serve("--ckpt", str(ckpt), "--int8")
     assert done.returncode != 0 and done.stderr.strip().splitlines() == [
         "error: --int8 is for an export (--model); a checkpoint is served as it was saved"]
-    bert, tokenizer = tmp_path / "bert", CharTokenizer.from_text("ab ", specials=True)
+    bert, tokenizer = tmp_path / "bert", CharTokenizer.from_text("ab ")  # no [MASK]
     checkpoint.save(bert, build(ModelConfig(arch="bert", vocab_size=tokenizer.vocab_size,
                                             block_size=8, n_layer=1, n_head=2, n_embd=8)),
                     tokenizer)
     done = serve("--ckpt", str(bert))
     assert done.returncode != 0 and done.stderr.strip().splitlines() == [
-        f"error: {bert} holds a bert model; --ckpt serves a GPT (export it and serve the export "
-        "with --model)"]
+        "error: the tokenizer has no [CLS], [SEP], [MASK] token(s): fill-mask prompts need "
+        "[CLS], [SEP], [MASK] (a BERT's tokenizer has them)"]
     done = serve("--ckpt", str(tmp_path / "missing"))
     assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1
     assert done.stderr.startswith("error:")

@@ -4,7 +4,7 @@ in its OpenAPI schema. Types are strict (a string is no number, a number no stri
 finite. The completion fields are OpenAI's (its `openai` client sends them unchanged)."""
 from __future__ import annotations
 
-from typing import Annotated, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -73,6 +73,13 @@ class TranslateRequest(Body):
 
 
 class AttentionRequest(Body):
-    text: Text = Field(description="the text whose attention maps to compute")
+    text: Text = Field(description="the text whose attention maps to compute (a translator's "
+                                   "source)")
     layer: Optional[int] = Field(None, ge=0, description="one layer's maps (default: every "
                                                          "layer's)")
+    part: Optional[Literal["self", "encoder", "decoder", "cross"]] = Field(
+        None, description="one part's maps: a GPT's or BERT's self, a translator's encoder, "
+                          "decoder or cross (default: every part's)")
+    target: Optional[Text] = Field(None, description="a translator: the translation whose "
+                                                     "maps to compute (default: the model's "
+                                                     "greedy translation)")

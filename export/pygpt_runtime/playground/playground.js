@@ -1,7 +1,8 @@
 // The playground's behaviour: shows the served family's panel and calls the server's API
 // (a GPT's completions streamed as server-sent events, BERT's fill-mask or classify, the
-// translator), and for a checkpoint served with PyTorch draws the prompt's attention maps on
-// canvases. Plain browser JavaScript, no library.
+// translator), and for a checkpoint served with PyTorch draws the input's attention maps on
+// canvases (a translator's encoder, decoder or cross-attention: target rows by source
+// columns). Plain browser JavaScript, no library.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -113,30 +114,52 @@ async function translate() {
 
 // --- Attention maps (a checkpoint served with PyTorch: POST /v1/attention) ------------------
 const HEAT = [74, 123, 208];  // the colour of weight 1 (weight 0: white)
+// Per served task: the box holding the input whose attention is drawn, and the panel's title.
+const ATTENTION_INPUT = {generate: ["prompt", "Attention of the prompt"],
+                         "fill-mask": ["mask-text", "Attention of the text"],
+                         classify: ["cls-text", "Attention of the text"],
+                         translate: ["source",
+                                     "Attention of the first source sentence and its translation"]};
+// Per part: what a map's rows (queries) and columns (keys) are.
+const AXES = {
+  self: "a row per query token, a column per key token it attends to",
+  encoder: "a row per source token, a column per source token it attends to",
+  decoder: "a row per target token, a column per target token it attends to ([BOS] first)",
+  cross: "a row per target token (the decoder's queries), a column per source token (the " +
+         "encoder's keys): for a trained translator, the source words each target word is " +
+         "read from",
+};
+let attention = null;  // /health's attention: {parts: {part: layers}, heads, max_tokens}
 
 function shown(token) {
   return token.replace(/\n/g, "\u23ce").replace(/ /g, "\u2423");
 }
 
-function heatmap(title, tokens, matrix) {
-  const n = tokens.length, cell = Math.max(2, Math.min(14, Math.floor(180 / n)));
-  const margin = cell >= 8 ? 28 : 0;
+// A heatmap of matrix (a row per token of rows, a column per token of columns), the tokens
+// written on top (columns) and at the left (rows) when the cells are large enough to name.
+function heatmap(title, rows, columns, matrix) {
+  const n = Math.max(rows.length, columns.length);
+  const cell = Math.max(2, Math.min(14, Math.floor(180 / n)));
   const canvas = document.createElement("canvas");
-  canvas.width = canvas.height = margin + n * cell;
   const ctx = canvas.getContext("2d");
+  const font = `${Math.min(cell, 12)}px monospace`;
+  ctx.font = font;
+  const widest = Math.max(...rows.map((t) => ctx.measureText(shown(t)).width));
+  const [top, left] = cell >= 8 ? [28, Math.max(28, Math.ceil(widest) + 6)] : [0, 0];
+  canvas.width = left + columns.length * cell;  // (resizing resets the context's settings)
+  canvas.height = top + rows.length * cell;
   matrix.forEach((weights, q) => weights.forEach((w, k) => {
     const [r, g, b] = HEAT.map((c) => Math.round(255 - w * (255 - c)));
     ctx.fillStyle = `rgb(${r},${g},${b})`;
-    ctx.fillRect(margin + k * cell, margin + q * cell, cell, cell);
+    ctx.fillRect(left + k * cell, top + q * cell, cell, cell);
   }));
-  if (margin) {
+  if (top) {
     ctx.fillStyle = "#333";
-    ctx.font = `${Math.min(cell, 12)}px monospace`;
+    ctx.font = font;
     ctx.textAlign = "center";
-    tokens.forEach((t, i) => {
-      ctx.fillText(shown(t), margin + (i + 0.5) * cell, margin - 6);  // keys, on top
-      ctx.fillText(shown(t), margin / 2, margin + (i + 0.8) * cell);  // queries, at the left
-    });
+    columns.forEach((t, i) => ctx.fillText(shown(t), left + (i + 0.5) * cell, top - 6));  // keys
+    ctx.textAlign = "right";
+    rows.forEach((t, i) => ctx.fillText(shown(t), left - 3, top + (i + 0.8) * cell));  // queries
   }
   const figure = document.createElement("figure");
   const caption = document.createElement("figcaption");
@@ -145,14 +168,40 @@ function heatmap(title, tokens, matrix) {
   return figure;
 }
 
+function attentionText() {
+  const [box] = ATTENTION_INPUT[attention.task], text = $(box).value;
+  // A translator's box holds a sentence a line: the first that is not blank.
+  return box === "source" ? (text.split("\n").find((line) => line.trim()) || "") : text;
+}
+
+function fillLayers() {
+  const select = $("attn-layer"), kept = select.value;
+  const count = attention.parts[$("attn-part").value];
+  select.textContent = "";
+  for (let i = 0; i < count; i++) select.add(new Option(`${i}`, `${i}`));
+  if (kept !== "" && Number(kept) < count) select.value = kept;
+  $("attn-note").textContent = `Each head's softmax weights: ${AXES[$("attn-part").value]} ` +
+                               "(darker: more weight).";
+}
+
 async function attend() {
   showError("");
-  const body = {text: $("prompt").value, layer: Number($("attn-layer").value)};
-  const {tokens, layers} = await (await post("/v1/attention", body)).json();
+  const part = $("attn-part").value;
+  const body = {text: attentionText(), layer: Number($("attn-layer").value), part};
+  const given = $("attn-target").value;
+  if (attention.task === "translate" && given) body.target = given;
+  const answer = await (await post("/v1/attention", body)).json();
+  const source = answer.tokens, target = answer.target_tokens;
+  const [rows, columns] = {self: [source, source], encoder: [source, source],
+                           decoder: [target, target], cross: [target, source]}[part];
+  $("attn-tokens").textContent = target.length
+    ? `source: ${source.map(shown).join(" ")} · target: ${target.map(shown).join(" ")}` : "";
   const out = $("attn-maps");
   out.textContent = "";
-  for (const {layer, probs} of layers) {
-    probs.forEach((matrix, h) => out.appendChild(heatmap(`layer ${layer}, head ${h}`, tokens, matrix)));
+  for (const {layer, probs} of answer.layers) {
+    const name = part === "self" ? "" : `${part} `;
+    probs.forEach((matrix, h) => out.appendChild(
+      heatmap(`${name}layer ${layer}, head ${h}`, rows, columns, matrix)));
   }
 }
 
@@ -171,10 +220,18 @@ async function start() {
   $("classify-go").onclick = guarded(classify);
   $("translate-go").onclick = guarded(translate);
   if (health.attention) {
-    for (let i = 0; i < health.attention.layers; i++) $("attn-layer").add(new Option(`${i}`, `${i}`));
+    attention = {...health.attention, task: health.task};
+    const parts = Object.keys(attention.parts);
+    for (const part of parts) $("attn-part").add(new Option(part, part));
+    if (parts.includes("cross")) $("attn-part").value = "cross";
+    $("attn-part-label").hidden = parts.length < 2;
+    $("attn-target-label").hidden = health.task !== "translate";
+    $("attn-heading").textContent = ATTENTION_INPUT[health.task][1];
+    fillLayers();
     $("attention").hidden = false;
     $("attend").onclick = guarded(attend);
     $("attn-layer").onchange = guarded(attend);
+    $("attn-part").onchange = guarded(() => { fillLayers(); return attend(); });
   }
 }
 

@@ -1,0 +1,100 @@
+"""POST /v1/attention of `python -m pygpt.serve --ckpt`: a text's attention maps, the softmax
+probabilities pygpt.inspect.attention_maps computes on the checkpoint's torch model, for every
+family: a GPT's causal self-attention over the text, a BERT's bidirectional one over [CLS] text
+[SEP] (padding excluded), and a translator's encoder self-attention over the source (the text),
+its decoder self-attention over [BOS] + the target, and its cross-attention, target tokens (rows)
+by source tokens (columns), where a trained translator shows the word alignment. The target is
+the request's `target`, or else the model's greedy translation of the text.
+
+The answer names each map's part ("self", "encoder", "decoder", "cross") and carries both token
+lists (`tokens`: the text's; `target_tokens`: the decoder's, empty but for a translator); the
+probabilities are per head a (queries, keys) matrix. The maps are computed under the lock the
+model's worker holds for each of its calls, so the recording hooks see only their own run."""
+from __future__ import annotations
+
+import threading
+from typing import Callable, Optional
+
+from fastapi import APIRouter
+from torch import nn
+
+from pygpt.inspect.attention_maps import attention_maps, attention_parts
+from pygpt.models import BERT, Seq2Seq
+from pygpt.tokenizer import Tokenizer
+from pygpt_runtime.serve_errors import RequestError
+from pygpt_runtime.serve_schemas import AttentionRequest
+
+# The most tokens a text's (or a target's) maps may cover: layers * heads * T^2 numbers go out.
+MAX_ATTENTION_TOKENS = 128
+
+Encode = Callable[[str, str, bool], list]  # (text, field, parse_specials): ids, or a 400
+
+
+class ServedAttention:
+    """The attention maps of one served torch model (any family), request by request."""
+
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, lock: threading.Lock,
+                 encode: Encode):
+        self.model, self.tokenizer, self.lock, self.encode = model, tokenizer, lock, encode
+        self.parts = {part: len(layers) for part, layers in attention_parts(model).items()}
+        self.max_tokens = min(model.config.block_size, MAX_ATTENTION_TOKENS)
+
+    def describe(self) -> dict:
+        """What /health says of the maps: each part's layers, the heads, the most tokens."""
+        return {"parts": self.parts, "heads": self.model.config.n_head,
+                "max_tokens": self.max_tokens}
+
+    def _parts(self, part: Optional[str], layer: Optional[int]) -> list[str]:
+        """The parts asked for; a 400 naming the field for a part or layer the model lacks."""
+        if part is not None and part not in self.parts:
+            raise RequestError(400, "part", f"part must be one of {', '.join(self.parts)} for "
+                                            f"this model, got {part!r}")
+        chosen = list(self.parts) if part is None else [part]
+        most = min(self.parts[p] for p in chosen)
+        if layer is not None and layer >= most:
+            raise RequestError(400, "layer", f"layer must be below {most}, got {layer}")
+        return chosen
+
+    def _check_length(self, text: str, field: str, extra: int, most: int) -> None:
+        """A 400 naming field for a text the tokenizer cannot take, or whose tokens (with
+        `extra` specials) pass most."""
+        bert = isinstance(self.model, BERT)
+        n = len(self.encode(text, field, bert)) + extra
+        if n > most:
+            with_specials = " with its special tokens" if extra else ""
+            raise RequestError(400, field, f"{field} is {n} tokens{with_specials}; attention "
+                                           f"maps take at most {most}")
+
+    def maps(self, body: AttentionRequest) -> dict:
+        """The answer to one request (module docstring)."""
+        parts = self._parts(body.part, body.layer)
+        translator = isinstance(self.model, Seq2Seq)
+        if body.target is not None and not translator:
+            raise RequestError(400, "target", "target is for a translator; this model reads "
+                                              "the text alone")
+        self._check_length(body.text, "text", 2 if isinstance(self.model, BERT) else 0,
+                           self.max_tokens)
+        if body.target is not None:  # [BOS] + the target's tokens
+            self._check_length(body.target, "target", 1,
+                               min(self.model.max_target_length, self.max_tokens))
+        try:
+            with self.lock:
+                maps = attention_maps(self.model, self.tokenizer, [body.text],
+                                      [body.target] if translator else None)[0]
+        except ValueError as e:  # a text of no tokens
+            raise RequestError(400, "text", f"text: {e}") from None
+        layers = [body.layer] if body.layer is not None else None
+        return {"tokens": list(maps.tokens), "target_tokens": list(maps.target_tokens),
+                "parts": self.parts, "n_head": self.model.config.n_head,
+                "layers": [{"part": part, "layer": i, "probs": maps.layers(part)[i].probs.tolist()}
+                           for part in parts for i in (layers or range(self.parts[part]))]}
+
+
+def attention_router(attention: ServedAttention) -> APIRouter:
+    routes = APIRouter()
+
+    @routes.post("/v1/attention")
+    def attention_route(body: AttentionRequest) -> dict:  # on FastAPI's thread pool
+        return attention.maps(body)
+
+    return routes

@@ -1,0 +1,54 @@
+"""The BERT and translator models of `python -m pygpt.serve --ckpt`: a checkpoint's torch model
+behind the interface the export server's task routes call (pygpt_runtime.serve_tasks, written
+for onnx_bert.OnnxBERT and onnx_translate.OnnxSeq2Seq), computed by the functions of pygpt's
+own command lines (pygpt.fill_mask.fill_mask, pygpt.classify.classify_texts,
+pygpt.decoding.translate_texts), so that each route answers what that command prints. Each call
+holds `lock`, which the attention route holds too (its hooks must see its own call only)."""
+from __future__ import annotations
+
+import threading
+from typing import Optional, Sequence
+
+import torch
+
+from pygpt.classify import classifier_labels, classify_texts
+from pygpt.decoding.translate_texts import SPECIALS, translate_texts
+from pygpt.fill_mask import fill_mask, require_mask_specials
+from pygpt.models import BERT, Seq2Seq
+from pygpt.tokenizer import Tokenizer, require_specials
+from pygpt_runtime.onnx_search import Search
+
+
+class TorchBERT:
+    """A BERT checkpoint's fill-mask (a pretraining) or classify (a classifier), by its task."""
+
+    def __init__(self, ckpt: str, model: BERT, tokenizer: Tokenizer, lock: threading.Lock):
+        self.model, self.tokenizer, self.lock = model, tokenizer, lock
+        self.labels: Optional[list[str]] = (classifier_labels(ckpt, model, tokenizer)
+                                            if model.config.num_labels else None)
+        self.task = "fill-mask" if self.labels is None else "classify"
+        if self.labels is None:
+            require_mask_specials(tokenizer)
+
+    def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+        """For each [MASK] in text, in order, the top_k (token, probability) pairs."""
+        with self.lock:
+            return fill_mask(self.model, self.tokenizer, text, top_k)
+
+    def classify(self, texts: list[str], pairs: Optional[list[str]] = None) -> torch.Tensor:
+        """The class probabilities (n, num_labels) of texts (with their pairs)."""
+        with self.lock:
+            return classify_texts(self.model, self.tokenizer, self.labels, texts, pairs, "text")
+
+
+class TorchTranslator:
+    """A translator checkpoint's translate."""
+
+    def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, lock: threading.Lock):
+        require_specials(tokenizer.special_tokens, SPECIALS, "translation")
+        self.model, self.tokenizer, self.lock = model, tokenizer, lock
+
+    def translate(self, texts: Sequence[str], search: Search) -> list[str]:
+        """The translations of texts, as python -m pygpt.translate gives them."""
+        with self.lock:
+            return translate_texts(self.model, self.tokenizer, texts, search)[0]
