@@ -100,6 +100,7 @@ def test_bad_attention_requests_are_400_naming_the_field(server, body, field):
 
 
 def test_playground_draws_the_attention_panel(server):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -112,10 +113,13 @@ def test_playground_draws_the_attention_panel(server):
         box.send_keys("First Citizen")
         Select(browser.find_element(By.ID, "attn-layer")).select_by_value("1")
         browser.find_element(By.ID, "attend").click()
-        WebDriverWait(browser, 30).until(
-            lambda b: len(b.find_elements(By.CSS_SELECTOR, "#attn-maps canvas")) == N_HEAD)
-        captions = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#attn-maps figcaption")]
-        assert captions == [f"layer 1, head {h}" for h in range(N_HEAD)]
+        # Choosing the layer draws too: wait until the last drawing stands (earlier ones'
+        # elements go stale as it replaces them).
+        expected = [f"layer 1, head {h}" for h in range(N_HEAD)]
+        WebDriverWait(browser, 30, ignored_exceptions=[StaleElementReferenceException]).until(
+            lambda b: [c.text for c in b.find_elements(By.CSS_SELECTOR, "#attn-maps figcaption")]
+            == expected)
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#attn-maps canvas")) == N_HEAD
         # Pixels were drawn: the first query sees only itself, a full-weight (dark) cell.
         first = browser.execute_script(
             "const c = document.querySelector('#attn-maps canvas');"

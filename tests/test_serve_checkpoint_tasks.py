@@ -220,6 +220,7 @@ def test_bad_task_requests_and_other_families_routes(mlm, classifier, translator
 
 
 def test_playground_draws_the_cross_attention(translator):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -233,11 +234,12 @@ def test_playground_draws_the_cross_attention(translator):
         browser.find_element(By.ID, "source").send_keys("abcde\nhgf")
         browser.find_element(By.ID, "attn-target").send_keys("edcba")
         Select(browser.find_element(By.ID, "attn-layer")).select_by_value("1")
-        WebDriverWait(browser, 30).until(
-            lambda b: len(b.find_elements(By.CSS_SELECTOR, "#attn-maps canvas")) == N_HEAD)
-        captions = [c.text for c in browser.find_elements(By.CSS_SELECTOR,
-                                                          "#attn-maps figcaption")]
-        assert captions == [f"cross layer 1, head {h}" for h in range(N_HEAD)]
+        # Wait until the drawing of layer 1 stands (an earlier one's elements go stale).
+        captions = [f"cross layer 1, head {h}" for h in range(N_HEAD)]
+        WebDriverWait(browser, 30, ignored_exceptions=[StaleElementReferenceException]).until(
+            lambda b: [c.text for c in b.find_elements(By.CSS_SELECTOR, "#attn-maps figcaption")]
+            == captions)
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#attn-maps canvas")) == N_HEAD
         expected = server.client.post("/v1/attention", json={
             "text": "abcde", "target": "edcba", "part": "cross", "layer": 1}).json()
         probs = expected["layers"][0]["probs"]
