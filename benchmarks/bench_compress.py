@@ -19,7 +19,8 @@ measured as they ship.
 
 Pruning is `python -m pygpt.prune --heads-per-layer K --mlp-fraction F --recover-iters R` on the
 teacher (--prune K:F, default 2:0.5 and 1:0.75; R = --recover-iters, default a quarter of the
-steps). Every run is a command line in a subprocess, exactly as a user runs it. The real
+steps); a GPT's or BERT's --mlp-fraction ranks all layers' units together, so their MLPs may
+keep different widths (scratch K:F trains that shape too). Every run is a command line in a subprocess, exactly as a user runs it. The real
 measurement, on a quiet machine (2-core AMD EPYC, one thread each: GPT about 25 min, BERT about
 10 min per seed, translator about 70 min):
   python benchmarks/bench_compress.py --family gpt --workdir runs/compress-gpt
@@ -93,8 +94,13 @@ def prune(args, teacher: Path, out: Path, size: str) -> Path:
 def shape_flags(run: Path) -> list[str]:
     """The flags that train a model of run's (pruned) shape from scratch."""
     model = json.loads((run / "config.json").read_text(encoding="utf-8"))["model"]
-    return [f for name in ("n_head", "qk_dim", "v_dim", "mlp_dim") if model.get(name)
-            for f in (f"--{name.replace('_', '-')}", str(model[name]))]
+
+    def flag_value(value) -> str:  # per-layer sizes (a list) as their flag takes them
+        return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+    return [f for name in ("n_head", "qk_dim", "v_dim", "mlp_dim", "layer_heads",
+                           "layer_mlp_dims") if model.get(name)
+            for f in (f"--{name.replace('_', '-')}", flag_value(model[name]))]
 
 
 def data_flags(args) -> list[str]:
@@ -245,7 +251,8 @@ def bench(args, work: Path) -> None:
         per_seed.append(rows_of(args, runs, work / f"seed-{seed}"))
     columns = list(next(iter(per_seed[0].values())))
     print(f"\n## {args.family}: {args.steps} steps, distillation T {args.temperature}, alpha "
-          f"{args.alpha}; pruned K:F = K heads per layer, fraction F of MLP units removed, "
+          f"{args.alpha}; pruned K:F = K heads per layer, fraction F of all MLP units removed "
+          f"(one ranking over every layer), "
           f"{args.recover_iters} recovery steps; scratch K:F = that shape trained "
           f"{args.steps + args.recover_iters} steps; seeds {' '.join(map(str, args.seeds))} "
           "(mean ± 95% interval)\n")
@@ -262,7 +269,8 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=None, help="training steps of the teacher and "
                    "students (default: gpt 2000, bert 600, seq2seq 600; --small 4)")
     p.add_argument("--prune", nargs="*", default=["2:0.5", "1:0.75"], metavar="K:F",
-                   help="pruned sizes: K heads kept per layer, fraction F of MLP units removed")
+                   help="pruned sizes: K heads kept per layer, fraction F of all MLP units "
+                        "removed (ranked over every layer)")
     p.add_argument("--recover-iters", type=int, default=None,
                    help="fine-tuning steps after pruning (default: a quarter of --steps)")
     p.add_argument("--seeds", type=int, nargs="+", default=[1])

@@ -12,8 +12,19 @@ from typing import Any, Optional
 from pygpt_runtime.cli_checks import check_threads
 
 
+def _whole_numbers(text: str) -> tuple[int, ...]:
+    """A flag's comma-separated whole numbers ("3,2,4"; "" for none)."""
+    try:
+        return tuple(int(part) for part in text.split(",")) if text.strip() else ()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}"
+                                         ) from None
+
+
 def _field_type(cls: type, f: dataclasses.Field) -> Any:
     hint = typing.get_type_hints(cls)[f.name]
+    if typing.get_origin(hint) is tuple:
+        return _whole_numbers, None
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) is typing.Literal:
         return str, list(typing.get_args(hint))

@@ -85,6 +85,14 @@ class ModelConfig:
                       listed=("seq2seq",))
     v_dim: int = opt(0, "width of one head's values (0: n_embd / n_head)", listed=("seq2seq",))
     mlp_dim: int = opt(0, "the MLP's hidden width (0: 4 * n_embd)", listed=())
+    # Sizes that differ between layers (a globally pruned model's): empty, every layer has
+    # n_head heads and mlp_width MLP units. gpt and bert only (a translator refuses them).
+    layer_heads: tuple[int, ...] = opt((), "gpt, bert: each layer's attention heads, comma-"
+                                           "separated, each 1 to n_head (empty: n_head in every "
+                                           "layer)", listed=())
+    layer_mlp_dims: tuple[int, ...] = opt((), "gpt, bert: each layer's MLP hidden width, comma-"
+                                              "separated (empty: mlp_width in every layer)",
+                                          listed=())
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -111,6 +119,7 @@ class ModelConfig:
         for name, most in MAX_SIZES.items():
             if getattr(self, name) > most:
                 raise ValueError(f"{name} must be at most {most:,}, got {getattr(self, name):,}")
+        self._check_layer_sizes()
         if self.numbers > MAX_NUMBERS:
             raise ValueError(f"the model would hold about {self.numbers:,} numbers (weights and "
                              f"position tables), more than the {MAX_NUMBERS:,} pygpt builds: "
@@ -124,18 +133,55 @@ class ModelConfig:
             verb = "applies" if len(names) == 1 else "apply"
             raise ValueError(f"{', '.join(names)} {verb} to arch {family} only, not {self.arch}")
 
+    def _check_layer_sizes(self) -> None:
+        """layer_heads and layer_mlp_dims: one size per layer, each in range, on a model that
+        can hold them (a ValueError in one line otherwise)."""
+        for name, most in (("layer_heads", self.n_head), ("layer_mlp_dims", MAX_SIZES["mlp_dim"])):
+            sizes = getattr(self, name)
+            if not sizes:
+                continue
+            if self.arch == "seq2seq":
+                raise ValueError(f"{name} applies to arch gpt and bert only: a translator's "
+                                 "decoder layers hold two attentions each, which one size "
+                                 "per layer cannot say")
+            if len(sizes) != self.n_layer:
+                raise ValueError(f"{name} must hold one size per layer (n_layer {self.n_layer}),"
+                                 f" got {len(sizes)}")
+            if not all(1 <= n <= most for n in sizes):
+                raise ValueError(f"{name} must hold sizes of 1 to {most:,}, got {list(sizes)}")
+        if self.layer_heads and not self.attn_proj:
+            raise ValueError("layer_heads needs attn_proj: without W_O every layer's heads must "
+                             "be as wide as n_embd")
+        if self.layer_heads and encoding(self.pos_encoding).score_bias is not None:
+            raise ValueError(f"layer_heads cannot be used with pos_encoding {self.pos_encoding}:"
+                             " its per-head score bias is shared by every layer's heads")
+        if self.layer_mlp_dims and not self.mlp:
+            raise ValueError("layer_mlp_dims needs an MLP (mlp is off)")
+
+    def heads(self, layer: int) -> int:
+        """The attention heads of layer `layer` (layer_heads', else n_head)."""
+        return self.layer_heads[layer] if self.layer_heads else self.n_head
+
+    def mlp_width_of(self, layer: int) -> int:
+        """The MLP hidden width of layer `layer` (layer_mlp_dims', else mlp_width)."""
+        return self.layer_mlp_dims[layer] if self.layer_mlp_dims else self.mlp_width
+
     @property
     def numbers(self) -> int:
         """About how many numbers building the model allocates: its weights and the position
         tables that follow from block_size (what MAX_NUMBERS bounds)."""
         d, rotary = self.n_embd, encoding(self.pos_encoding).rotary
-        qk, v = self.n_head * self.qk_head_dim, self.n_head * self.v_head_dim
-        attention = d * (2 * qk + v) + v * d  # queries, keys, values, output projection
-        layers = self.n_layer + (self.decoder_layers if self.arch == "seq2seq" else 0)
-        tables = self.block_size * (d + (layers * self.rotary_width if rotary else 0))
-        return (2 * self.vocab_size * d + tables  # token embedding and head; positions
-                + layers * (attention + (2 * d * self.mlp_width if self.mlp else 0))
-                + (layers - self.n_layer) * attention)  # a decoder's cross-attention
+
+        def attention(heads: int) -> int:  # queries, keys, values, output projection
+            qk, v = heads * self.qk_head_dim, heads * self.v_head_dim
+            return d * (2 * qk + v) + v * d
+
+        mlp = (lambda width: 2 * d * width) if self.mlp else (lambda width: 0)
+        layers = [attention(self.heads(i)) + mlp(self.mlp_width_of(i)) for i in range(self.n_layer)]
+        decoder = self.decoder_layers if self.arch == "seq2seq" else 0  # with cross-attention
+        rotated = self.n_layer + decoder if rotary else 0
+        return (2 * self.vocab_size * d + self.block_size * (d + rotated * self.rotary_width)
+                + sum(layers) + decoder * (2 * attention(self.n_head) + mlp(self.mlp_width)))
 
     @property
     def head_dim(self) -> int:

@@ -37,6 +37,12 @@ def check_field_types(cfg: Any) -> None:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         elif hint is int:
             ok = isinstance(value, int) and not isinstance(value, bool)
+        elif typing.get_origin(hint) is tuple:  # tuple[int, ...]: sizes, one per layer
+            ok = isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool)
+                                                  for v in value)
+            if not ok:
+                raise ValueError(f"{f.name} must be a list of whole numbers, got {value!r}")
+            continue
         else:
             ok = isinstance(value, hint)
         if not ok:
@@ -62,4 +68,5 @@ def config_from_dict(cls: type, d: Any) -> Any:
     unknown = sorted(set(d) - known)
     if unknown:
         raise ValueError(f"unknown {cls.__name__} keys {unknown}")
-    return cls(**d)
+    lists = {f.name for f in dataclasses.fields(cls) if isinstance(f.default, tuple)}
+    return cls(**{k: tuple(v) if k in lists and isinstance(v, list) else v for k, v in d.items()})

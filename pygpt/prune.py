@@ -5,8 +5,11 @@ Each attention head's and MLP hidden unit's importance is measured on --batches 
 run's own training task and data (a GPT's next-token loss, a BERT's masked-LM or its
 classification loss, a translator's; --data, or --src-data / --tgt-data for a translator,
 reads other data), drawn with a fixed seed so the same run scores the same
-(pygpt.pruning.importance). The lowest-scoring heads and units of each layer are removed from
-the weights (pygpt.pruning.shrink); every layer keeps the same number. --recover-iters N then
+(pygpt.pruning.importance). --head-fraction and --mlp-fraction rank all layers' heads (units)
+together, Michel et al.'s global pruning, so layers keep different numbers (a translator's
+rank each layer, which keeps the same number: its config has no per-layer sizes);
+--heads-per-layer K keeps the K best of each layer. The lowest-scoring are removed from the
+weights (pygpt.pruning.shrink). --recover-iters N then
 fine-tunes the pruned model N steps with the run's own training settings (pygpt.training's
 loop, resuming a run that starts at step 0 from the pruned weights).
 
@@ -20,17 +23,19 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
 from pygpt import checkpoint
-from pygpt.config import TrainConfig
+from pygpt.config import ModelConfig, TrainConfig
 from pygpt.config_fields import config_from_dict
 from pygpt.data.text import check_data_file
 from pygpt.families import family
 from pygpt.presets import preset
-from pygpt.pruning import check_prunable, choose, importance, removed_count, shrink
+from pygpt.pruning import (Scores, check_globally_prunable, check_prunable, choose,
+                           choose_globally, importance, removed_count, shrink)
+from pygpt.pruning.shrink import Keep
 from pygpt.training import train
 from pygpt.training.distributed import Distributed
 from pygpt.training.loop import default_threads
@@ -61,11 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="folder for the pruned run")
     heads = parser.add_mutually_exclusive_group(required=True)
     heads.add_argument("--heads-per-layer", type=_count, metavar="K",
-                       help="attention heads each layer keeps (n_head: all)")
+                       help="attention heads each layer keeps, its K best (n_head: all)")
     heads.add_argument("--head-fraction", type=_fraction, metavar="F",
-                       help="fraction of each layer's heads removed (0: none)")
+                       help="fraction of all the model's heads removed, the lowest scores of one "
+                            "ranking over every layer, each layer keeping at least one (0: none;"
+                            " a translator: of each layer's heads)")
     parser.add_argument("--mlp-fraction", type=_fraction, default=0.0, metavar="F",
-                        help="fraction of each MLP's hidden units removed (default 0)")
+                        help="fraction of all the MLPs' hidden units removed, ranked as "
+                             "--head-fraction's heads, each layer keeping at least one "
+                             "(default 0)")
     parser.add_argument("--recover-iters", type=int, default=0, metavar="N",
                         help="fine-tune the pruned model N steps with the run's training "
                              "settings (default 0: none)")
@@ -121,10 +130,7 @@ def prune(args: argparse.Namespace) -> str:
     model, tokenizer = checkpoint.load(ckpt)
     cfg = model.config
     labels = checkpoint.load_labels(ckpt)
-    heads = (args.heads_per_layer if args.heads_per_layer is not None
-             else cfg.n_head - removed_count(cfg.n_head, args.head_fraction))
-    mlp_width = cfg.mlp_width - removed_count(cfg.mlp_width, args.mlp_fraction)
-    check_prunable(cfg, heads, mlp_width)
+    select = selection(model, args)
     train_cfg = run_settings(ckpt, args, cfg.arch, cfg.num_labels)
     torch.set_num_threads(train_cfg.threads or default_threads())
     with RunFolder(out, what="pruning") as folder:
@@ -133,7 +139,7 @@ def prune(args: argparse.Namespace) -> str:
         gen = torch.Generator().manual_seed(SCORE_SEED)
         batches = (task.batch("train", train_cfg.batch_size, gen) for _ in range(args.batches))
         scores = importance(model, batches)
-        pruned = shrink(model, choose(model, scores, heads, mlp_width))
+        pruned = shrink(model, select(scores))
         state = None
         if args.recover_iters:  # a run at step 0, continued by the loop for N steps
             torch.manual_seed(train_cfg.seed)
@@ -153,9 +159,41 @@ def prune(args: argparse.Namespace) -> str:
             recovered = ""
     before = sum(p.numel() for p in model.parameters())
     after = sum(p.numel() for p in pruned.parameters())
-    mlps = f" and {pruned.config.mlp_width} of {cfg.mlp_width} MLP units" if cfg.mlp else ""
-    return (f"pruned {ckpt} into {out}: {pruned.config.n_head} of {cfg.n_head} heads{mlps} "
-            f"per layer kept, {after:,} of {before:,} parameters{recovered}")
+    return f"pruned {ckpt} into {out}: {kept_sizes(cfg, pruned.config)}, {after:,} of " \
+           f"{before:,} parameters{recovered}"
+
+
+def selection(model: torch.nn.Module, args: argparse.Namespace) -> Callable[[Scores], Keep]:
+    """What the flags keep, as a function of the scores; checked before any scoring (one-line
+    ValueError)."""
+    cfg = model.config
+    if cfg.arch == "seq2seq":  # each layer ranked alone: the same number everywhere
+        heads = (args.heads_per_layer if args.heads_per_layer is not None
+                 else cfg.n_head - removed_count(cfg.n_head, args.head_fraction))
+        mlp_width = cfg.mlp_width - removed_count(cfg.mlp_width, args.mlp_fraction)
+        check_prunable(cfg, heads, mlp_width)
+        return lambda scores: choose(model, scores, heads, mlp_width)
+    head_fraction = args.head_fraction or 0.0
+    check_globally_prunable(cfg, head_fraction, args.mlp_fraction, args.heads_per_layer)
+    return lambda scores: choose_globally(model, scores, head_fraction, args.mlp_fraction,
+                                          args.heads_per_layer)
+
+
+def kept_sizes(cfg: ModelConfig, new: ModelConfig) -> str:
+    """What the report says is kept: per layer where every layer agrees, else in all with
+    each layer's count."""
+    mlp = cfg.mlp
+    if not (cfg.layer_heads or cfg.layer_mlp_dims or new.layer_heads or new.layer_mlp_dims):
+        mlps = f" and {new.mlp_width} of {cfg.mlp_width} MLP units" if mlp else ""
+        return f"{new.n_head} of {cfg.n_head} heads{mlps} per layer kept"
+
+    def sizes(size: Callable[[ModelConfig, int], int], what: str) -> str:
+        kept = [size(new, i) for i in range(cfg.n_layer)]
+        total = sum(size(cfg, i) for i in range(cfg.n_layer))
+        return f"{sum(kept):,} of {total:,} {what} (per layer {', '.join(map(str, kept))})"
+
+    mlps = f" and {sizes(ModelConfig.mlp_width_of, 'MLP units')}" if mlp else ""
+    return f"kept {sizes(ModelConfig.heads, 'heads')}{mlps}"
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -16,6 +16,7 @@ from pygpt.decoding.beam_search import Search
 from pygpt.decoding.translate_texts import translate_texts
 from pygpt.families import build
 from pygpt.inspect.attention_maps import attention_maps
+from pygpt.inspect.attention_picture import draw_attention
 from pygpt.nn.position_bias import alibi_slopes
 from pygpt.tokenizer import CharTokenizer
 
@@ -28,7 +29,12 @@ ENCODINGS = {"learned": {}, "rotary": dict(pos_encoding="rotary"),
              "none": dict(pos_encoding="none")}
 GPTS = {**ARCHS, "rotary": dataclasses.replace(TINY, pos_encoding="rotary"),
         "none": dataclasses.replace(TINY, pos_encoding="none")}
-CONFIGS = {**{f"gpt-{k}": v for k, v in GPTS.items()},
+# Layers of different head counts and MLP widths (a globally pruned model's).
+LAYERED = {"gpt-layered": dataclasses.replace(TINY, n_layer=3, n_head=4, qk_dim=8, v_dim=8,
+                                              layer_heads=(1, 4, 2), layer_mlp_dims=(5, 128, 30)),
+           "bert-layered": dataclasses.replace(BERT, n_head=3, qk_dim=8, v_dim=8,
+                                               layer_heads=(3, 1))}
+CONFIGS = {**LAYERED, **{f"gpt-{k}": v for k, v in GPTS.items()},
            **{f"bert-{k}": dataclasses.replace(BERT, **v) for k, v in ENCODINGS.items()},
            **{f"translator-{k}": dataclasses.replace(MT_CFG, **v)
               for k, v in {"sinusoidal": {}, **ENCODINGS}.items() if k != "learned"}}
@@ -205,3 +211,15 @@ def test_attention_weights_times_v_is_the_attention(causal, tq, tk, bias, padded
     close(w.probs.sum(-1), sees_a_key, dict(atol=1e-12, rtol=0), "row sums")
     assert torch.equal(w.probs[~w.visible.expand_as(w.probs)],
                        torch.zeros_like(w.probs[~w.visible.expand_as(w.probs)]))
+
+
+@pytest.mark.parametrize("name", list(LAYERED))
+def test_layers_of_different_head_counts_are_drawn_head_by_head(name, tmp_path):
+    """Each layer's maps hold its own heads, and the picture has a row per layer, as wide as the
+    layer of most heads."""
+    model = model_for(name)
+    maps = maps_of(model, name)[0]
+    layers = maps.parts["self"]
+    assert [layer.probs.shape[0] for layer in layers] == list(model.config.layer_heads)
+    path = draw_attention(layers, tmp_path / "maps.png", name)
+    assert path.read_bytes().startswith(b"\x89PNG")

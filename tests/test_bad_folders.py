@@ -48,11 +48,27 @@ def one_error_line(*argv, module="pygpt.generate"):
 
 @pytest.mark.parametrize("fields", [dict(block_size=1_000_000_000),
                                     dict(n_embd=1 << 20, n_head=1),
+                                    dict(layer_heads=[1] * 7), dict(layer_mlp_dims="wide"),
                                     dict(vocab_size=1 << 30)], ids=str)
 def test_an_absurd_size_in_a_folder_is_one_line(ckpt, fields):
     set_model_fields(ckpt, **fields)
     name = next(iter(fields))
     assert name in one_error_line("--ckpt", str(ckpt), "--max-new-tokens", "1")
+
+
+def test_per_layer_sizes_that_disagree_with_the_weights_are_refused_before_building(
+        ckpt, monkeypatch):
+    """MLP widths of each layer that are in range but not the weights': named, having built
+    the model on the meta device only."""
+    n_layer = json.loads((ckpt / CONFIG).read_text())["model"]["n_layer"]
+    set_model_fields(ckpt, layer_mlp_dims=[3] * n_layer)
+    built = []
+    real_build = checkpoint.build
+    monkeypatch.setattr(checkpoint, "build", lambda cfg, kernels="ext": (
+        built.append(torch.get_default_device().type), real_build(cfg, kernels))[1])
+    with pytest.raises(ValueError, match=r"does not match config\.json: .*mlp\.fc\.weight"):
+        checkpoint.load(ckpt)
+    assert built == ["meta"]
 
 
 def test_sizes_that_disagree_with_the_weights_are_refused_before_building(ckpt, monkeypatch):

@@ -78,10 +78,11 @@ def test_checkpoint_round_trip(tmp_path, arch):
     config = json.loads((out / "config.json").read_text())
     assert config["step"] == 42 and config["format"] == checkpoint.FORMAT
     # Only the fields of the model's family are saved (a gpt: none of bert's or seq2seq's), and
-    # the widths apart from n_embd only where set.
+    # the widths apart from n_embd and the per-layer sizes only where set.
     assert config["model"] == {k: v for k, v in dataclasses.asdict(cfg).items()
                                if k not in ("type_vocab_size", "nsp", "num_labels", "pooling",
-                                            "n_dec_layer", "qk_dim", "v_dim", "mlp_dim")}
+                                            "n_dec_layer", "qk_dim", "v_dim", "mlp_dim",
+                                            "layer_heads", "layer_mlp_dims")}
     assert config["train"]["out"] == str(out)
     assert checkpoint.weights_step(out) == 42
     loaded_state = checkpoint.load_train_state(out)

@@ -1,8 +1,9 @@
 """`python -m pygpt.prune` on tiny runs of every family: the pruned run is a normal, smaller
-run folder that loads, generates (classifies, translates), exports and runs in the torch-free
-runner; pruning nothing gives the original weights bit for bit; the same command gives the
+run folder that loads, generates (fills masks, classifies, translates), exports and runs in the
+torch-free runner, also where the global ranking leaves its layers different head counts and
+MLP widths; pruning nothing gives the original weights bit for bit; the same command gives the
 same bytes twice; --recover-iters trains on; Hugging Face refuses what it cannot hold; bad
-flags are one-line errors that leave --out alone."""
+flags and a runner.json whose per-layer heads are wrong are one-line errors."""
 import contextlib
 import dataclasses
 import io
@@ -17,6 +18,7 @@ from safetensors.torch import load_file
 import pygpt.classify
 import pygpt.convert
 import pygpt.export
+import pygpt.fill_mask
 import pygpt.generate
 import pygpt.prune
 import pygpt.train
@@ -54,22 +56,85 @@ def gpt(text_file, tmp_path_factory):
 
 
 def test_a_pruned_gpt_loads_generates_exports_and_runs_without_torch(gpt, tmp_path):
+    """--head-fraction 0.625 of the 8 heads leaves 3, so the two layers keep different counts
+    (as --mlp-fraction 0.3 leaves 179 of 256 units); the export's runner.json says each layer's
+    heads and the runner's greedy text is pygpt's."""
     out = tmp_path / "pruned"
-    line = prune(["--ckpt", gpt, "--out", out, "--head-fraction", "0.5", "--mlp-fraction", "0.25"])
-    assert "2 of 4 heads and 96 of 128 MLP units" in line
+    line = prune(["--ckpt", gpt, "--out", out, "--head-fraction", "0.625", "--mlp-fraction", "0.3"])
     model, _ = checkpoint.load(out)
     cfg = model.config
-    assert (cfg.n_head, cfg.qk_dim, cfg.v_dim, cfg.mlp_dim) == (2, 8, 8, 96)
-    assert json.loads((out / CONFIG).read_text())["train"]["out"] == str(out)
+    assert sorted(cfg.layer_heads) == [1, 2] and cfg.n_head == 2
+    assert sum(cfg.layer_mlp_dims) == 179 and len(set(cfg.layer_mlp_dims)) == 2
+    assert (cfg.qk_dim, cfg.v_dim) == (8, 8)
+    heads, units = ", ".join(map(str, cfg.layer_heads)), ", ".join(map(str, cfg.layer_mlp_dims))
+    assert f"kept 3 of 8 heads (per layer {heads}) and 179 of 256 MLP units (per layer {units})" \
+        in line
+    saved = json.loads((out / CONFIG).read_text())
+    assert saved["train"]["out"] == str(out)
+    assert saved["model"]["layer_heads"] == list(cfg.layer_heads)
     text = run(pygpt.generate.main, ["--ckpt", str(out), "--prompt", "RO", "--greedy",
                                      "--max-new-tokens", "12"])
     assert text.startswith("RO")
     run(pygpt.export.main, ["--ckpt", str(out), "--out", str(tmp_path / "onnx")])
+    runner = json.loads((tmp_path / "onnx" / "runner.json").read_text())
+    assert runner["layer_heads"] == list(cfg.layer_heads) and runner["n_head"] == 2
     done = subprocess.run([*RUNNER_COMMAND, "--model", str(tmp_path / "onnx"), "--prompt", "RO",
                            "--max-new-tokens", "12", "--greedy"], capture_output=True, text=True,
                           env=torch_free_env(tmp_path), cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip("\n") == text.rstrip("\n")  # the runner decodes as pygpt does
+    with pytest.raises(SystemExit) as e:
+        pygpt.convert.main(["--to-hf", str(out), "--out", str(tmp_path / "hf")])
+    assert "layer_heads is set (Hugging Face's layers all have one head count)" in str(e.value)
+    assert "layer_mlp_dims is set" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_uniform_pruning_reports_per_layer_and_writes_no_per_layer_fields(gpt, tmp_path):
+    out = tmp_path / "pruned"
+    line = prune(["--ckpt", gpt, "--out", out, "--heads-per-layer", "2"])
+    assert "2 of 4 heads and 128 of 128 MLP units per layer kept" in line
+    assert not {"layer_heads", "layer_mlp_dims"} & set(json.loads((out / CONFIG).read_text())[
+        "model"])
+    run(pygpt.export.main, ["--ckpt", str(out), "--out", str(tmp_path / "onnx")])
+    assert "layer_heads" not in json.loads((tmp_path / "onnx" / "runner.json").read_text())
+
+
+@pytest.mark.parametrize("heads, message", [
+    ([2], "layer_heads must hold a head count of 1 to n_head \\(2\\) for each of its 2 layers"),
+    ([2, 3], "layer_heads must hold a head count of 1 to n_head"),
+    ("2,1", "layer_heads must hold a head count"),
+])
+def test_a_runner_json_with_wrong_per_layer_heads_is_one_line(gpt, tmp_path, heads, message):
+    out = tmp_path / "pruned"
+    prune(["--ckpt", gpt, "--out", out, "--head-fraction", "0.625"])
+    run(pygpt.export.main, ["--ckpt", str(out), "--out", str(tmp_path / "onnx")])
+    path = tmp_path / "onnx" / "runner.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "layer_heads": heads}))
+    done = subprocess.run([*RUNNER_COMMAND, "--model", str(tmp_path / "onnx"), "--prompt", "RO",
+                           "--max-new-tokens", "2"], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and re.search(message, done.stderr), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_globally_pruned_bert_fills_masks_as_its_export(text_file, tmp_path):
+    src = tmp_path / "bert"
+    run(pygpt.train.main, ["--arch", "bert", "--data", str(text_file), "--out", str(src),
+                           "--vocab-size", "200", "--n-layer", "2", "--n-embd", "32",
+                           "--n-head", "4", "--block-size", "32", "--max-iters", "2",
+                           "--eval-interval", "2", "--eval-iters", "1", "--batch-size", "4",
+                           "--quiet"])
+    out = tmp_path / "pruned"
+    prune(["--ckpt", src, "--out", out, "--head-fraction", "0.625", "--mlp-fraction", "0.3"])
+    cfg = checkpoint.load(out)[0].config
+    assert sorted(cfg.layer_heads) == [1, 2] and sum(cfg.layer_mlp_dims) == 179
+    args = ["--text", "To be, or not to [MASK]", "--top-k", "3"]
+    expected = run(pygpt.fill_mask.main, ["--ckpt", str(out), *args])
+    assert expected.strip()
+    run(pygpt.export.main, ["--ckpt", str(out), "--out", str(tmp_path / "onnx")])
+    done = subprocess.run([*RUNNER_COMMAND, "--model", str(tmp_path / "onnx"), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == expected
 
 
 def test_the_same_pruning_gives_the_same_model(gpt, tmp_path):
@@ -124,12 +189,13 @@ def test_a_pruned_classifier_classifies(files, tmp_path):  # noqa: F811
     src = tmp_path / "cls"
     run(pygpt.train.main, ["--arch", "bert", "--task", "classify", "--data", str(files[0]),
                            "--val-data", str(files[1]), "--out", str(src), "--vocab-size", "100",
-                           "--n-layer", "1", "--n-embd", "32", "--n-head", "4", "--block-size",
+                           "--n-layer", "2", "--n-embd", "32", "--n-head", "4", "--block-size",
                            "32", "--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1",
                            "--batch-size", "8", "--quiet"])
     out = tmp_path / "pruned"
-    prune(["--ckpt", src, "--out", out, "--heads-per-layer", "1", "--mlp-fraction", "0.5"])
+    prune(["--ckpt", src, "--out", out, "--head-fraction", "0.625", "--mlp-fraction", "0.5"])
     assert checkpoint.load_labels(out) == checkpoint.load_labels(src)
+    assert sorted(checkpoint.load(out)[0].config.layer_heads) == [1, 2]
     lines = run(pygpt.classify.main, ["--ckpt", str(out), "--text", "a zebra"]).splitlines()
     assert lines[0] in ("yes", "no")
     report = run(pygpt.classify.main, ["--ckpt", str(out), "--data", str(files[1])])

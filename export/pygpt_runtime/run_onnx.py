@@ -31,7 +31,8 @@ from pygpt_runtime.cli_checks import (HelpFormatter, add_sampling_flags, check_s
                                       check_threads, exits_cleanly, utf8_text)
 from pygpt_runtime.onnx_bert import OnnxBERT, run_bert  # noqa: F401  (OnnxBERT: for callers)
 from pygpt_runtime.onnx_text import decode_stream, open_export, run_graph
-from pygpt_runtime.runner_config import RUNNER_CONFIG, read_config, takes_lengths  # noqa: F401
+from pygpt_runtime.runner_config import (RUNNER_CONFIG, past_heads, read_config,  # noqa: F401
+                                         takes_lengths)
 
 
 class OnnxGPT:
@@ -47,9 +48,11 @@ class OnnxGPT:
         self.padded = takes_lengths(self.config)
 
     def empty_past(self, batch: int) -> list[np.ndarray]:
-        heads = (batch, self.config["n_head"], 0)
-        return [np.zeros((*heads, self.config["v_head_dim" if name.endswith(".value")
-                                              else "head_dim"]), dtype=np.float32)
+        """Each past input with no positions yet: its layer's heads (layer_heads where layers
+        differ, else n_head) and the key or value width."""
+        return [np.zeros((batch, past_heads(self.config, name), 0,
+                          self.config["v_head_dim" if name.endswith(".value") else "head_dim"]),
+                         dtype=np.float32)
                 for name in self.past_names]
 
     def step(self, ids: np.ndarray, past: list[np.ndarray],

@@ -113,7 +113,38 @@ def read_config(folder: Path, family: Optional[str] = None, refusal: str = "") -
                          f"block_size {config['block_size']}: export again")
     if family == "gpt":
         _check_gpt_format(config, config_path)
+        _check_layer_heads(config, config_path)
     return config
+
+
+def _past_layers(config: dict) -> list[str]:
+    """The layers (their index as the graph's past inputs write it) of a GPT's runner.json."""
+    return [n.split(".")[1] for n in config["inputs"]
+            if n.startswith("past_key_values.") and n.endswith(".key")]
+
+
+def _check_layer_heads(config: dict, config_path: Path) -> None:
+    """A GPT's layer_heads, when there (layers of different head counts), holds a head count
+    of 1 to n_head for each layer of the graph's past, whose inputs are named by index."""
+    if "layer_heads" not in config:
+        return
+    layers, heads = _past_layers(config), config["layer_heads"]
+    if layers != [str(i) for i in range(len(layers))]:
+        raise ValueError(f"{config_path}: the past inputs must be past_key_values.0 .. "
+                         f"{len(layers) - 1}, in order: export again")
+    if not (isinstance(heads, list) and len(heads) == len(layers)
+            and all(_count(h) and h <= config["n_head"] for h in heads)):
+        raise ValueError(f"{config_path}: layer_heads must hold a head count of 1 to n_head "
+                         f"({config['n_head']}) for each of its {len(layers)} layers, got "
+                         f"{reprlib.repr(heads)}: export again")
+
+
+def past_heads(config: dict, past_name: str) -> int:
+    """The attention heads of the layer of a past input (past_key_values.{i}.key / .value) of
+    a checked GPT runner.json: layer_heads[i] where layers differ, else n_head."""
+    if "layer_heads" not in config:
+        return config["n_head"]
+    return config["layer_heads"][int(past_name.split(".")[1])]
 
 
 def _check_gpt_format(config: dict, config_path: Path) -> None:

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from pygpt.config import ModelConfig
 from pygpt.hf.mapping import (Layout, TensorMap, check_architectures, head_width_reasons,
-                              linear, refuse, setting, stacked)
+                              layer_size_reasons, linear, refuse, setting, stacked)
 
 MODEL_TYPE = "bert"
 ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining",
@@ -152,7 +152,7 @@ def export_config(cfg: ModelConfig, special_tokens: dict[str, int],
         reasons.append(f"pos_encoding is {cfg.pos_encoding!r} (BERT learns absolute positions)")
     if cfg.norm != "post":
         reasons.append(f"norm is {cfg.norm!r} (BERT is post-norm)")
-    reasons += head_width_reasons(cfg)
+    reasons += head_width_reasons(cfg) + layer_size_reasons(cfg)
     for name, why in (("embed_norm", "BERT normalises its embeddings"),
                       ("bias", "BERT's projections have biases"), ("mlp", "BERT's blocks have one"),
                       ("attn_proj", "the seed preset's switch"),

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from pygpt.config import ModelConfig
 from pygpt.hf.mapping import (Layout, TensorMap, check_architectures, head_width_reasons,
-                              linear, refuse, setting)
+                              layer_size_reasons, linear, refuse, setting)
 
 MODEL_TYPE = "gpt2"
 ARCHITECTURES = ("GPT2LMHeadModel", "GPT2Model")
@@ -96,7 +96,7 @@ def export_config(cfg: ModelConfig, special_tokens: dict[str, int],
         reasons.append(f"pos_encoding is {cfg.pos_encoding!r} (GPT-2 learns absolute positions)")
     if cfg.norm != "pre":
         reasons.append(f"norm is {cfg.norm!r} (GPT-2 is pre-norm)")
-    reasons += head_width_reasons(cfg)
+    reasons += head_width_reasons(cfg) + layer_size_reasons(cfg)
     if cfg.embed_norm:
         reasons.append("embed_norm is on (GPT-2 has no norm after the embeddings)")
     if cfg.head_bias:

@@ -91,6 +91,14 @@ def refuse(what: str, reasons: list[str]) -> None:
         raise ValueError(f"cannot convert {what}: {'; '.join(reasons)}")
 
 
+def layer_size_reasons(cfg: ModelConfig) -> list[str]:
+    """Why Hugging Face's GPT-2 and BERT cannot hold cfg's layers: theirs all have one head
+    count and one MLP width (a globally pruned model's differ)."""
+    return [f"{name} is set (Hugging Face's layers all have one {what})"
+            for name, what in (("layer_heads", "head count"), ("layer_mlp_dims", "MLP width"))
+            if getattr(cfg, name)]
+
+
 def head_width_reasons(cfg: ModelConfig) -> list[str]:
     """Why Hugging Face's GPT-2 and BERT cannot hold cfg's heads: theirs are n_embd / n_head
     wide, queries, keys and values alike (a pruned model's keep their width as n_head falls)."""

@@ -39,7 +39,7 @@ def draw_attention(layers: Sequence[LayerAttention], out_path: Union[str, Path],
     (parent folders created); returns its path."""
     if not layers:
         raise ValueError("no layers to draw")
-    n_head = layers[0].n_head
+    n_head = max(layer.n_head for layer in layers)  # layers may differ (a pruned model's)
     if len(layers) == 1:
         cols = math.ceil(math.sqrt(n_head))
         rows = math.ceil(n_head / cols)
@@ -56,7 +56,7 @@ def draw_attention(layers: Sequence[LayerAttention], out_path: Union[str, Path],
     for n, ax in enumerate(axes.flat):
         layer = layers[0] if len(layers) == 1 else layers[n // cols]
         head = n if len(layers) == 1 else n % cols
-        if head >= n_head:
+        if head >= layer.n_head:
             ax.set_axis_off()
             continue
         shown = np.ma.masked_array(layer.probs[head].float().cpu().numpy(),

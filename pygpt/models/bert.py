@@ -69,8 +69,8 @@ class BERT(KernelModule):
                                 norm_eps=cfg.norm_eps)
         # relative / alibi: one score bias for every layer (else None).
         self.pos_bias = position_bias(cfg.pos_encoding, cfg.n_head, cfg.max_distance)
-        self.blocks = nn.ModuleList(transformer_block(cfg, causal=False)
-                                    for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(transformer_block(cfg, i, causal=False)
+                                    for i in range(cfg.n_layer))
         self.final_norm = LayerNorm(cfg.n_embd, cfg.norm_eps) if cfg.final_norm else None
         self.pooler = nn.Linear(cfg.n_embd, cfg.n_embd)
         # The head's GELU is the blocks' tanh one with gelu_tanh, else the exact one (also under

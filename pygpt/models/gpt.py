@@ -41,8 +41,8 @@ class GPT(KernelModule, Generates):
         self.embed = Embeddings(cfg.vocab_size, cfg.n_embd, cfg.block_size,
                                 position=cfg.pos_encoding, dropout=cfg.dropout,
                                 norm=cfg.embed_norm, norm_eps=cfg.norm_eps)
-        self.blocks = nn.ModuleList(transformer_block(cfg, causal=True)
-                                    for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(transformer_block(cfg, i, causal=True)
+                                    for i in range(cfg.n_layer))
         # relative / alibi: one score bias for every layer (else None).
         self.pos_bias = position_bias(cfg.pos_encoding, cfg.n_head, cfg.max_distance)
         self.final_norm = LayerNorm(cfg.n_embd, cfg.norm_eps) if cfg.final_norm else None

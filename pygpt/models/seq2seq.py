@@ -64,8 +64,8 @@ class Seq2Seq(KernelModule):
                        dropout=cfg.dropout, norm=cfg.embed_norm, norm_eps=cfg.norm_eps)
             for _ in range(2))
         self.src_embed.tok = self.tgt_embed.tok = ScaledEmbedding(cfg.vocab_size, d)
-        self.encoder = nn.ModuleList(transformer_block(cfg, causal=False)
-                                     for _ in range(cfg.n_layer))
+        self.encoder = nn.ModuleList(transformer_block(cfg, i, causal=False)
+                                     for i in range(cfg.n_layer))
         self.decoder = nn.ModuleList(decoder_block(cfg) for _ in range(cfg.decoder_layers))
         # Relative or ALiBi positions: one score bias for the encoder's self-attention, one for
         # the decoder's (cross-attention has none: source and target positions do not align).

@@ -2,7 +2,9 @@
 onnxruntime-genai and Optimum use: inputs `input_ids` (batch, seq) and
 `past_key_values.{i}.key` / `.value` (batch, heads, past, head_dim); outputs `logits`
 (batch, seq, vocab) and `present.{i}.key` / `.value` (batch, heads, past + seq, head_dim). Batch,
-sequence and past length are dynamic; a past of length 0 is the prefill.
+sequence and past length are dynamic; a past of length 0 is the prefill. Each layer's past has
+that layer's heads: n_head, or, where layers differ (a globally pruned model),
+runner.json's `layer_heads` (written only then, so that uniform exports read as before).
 
 Rows of different lengths run in one call: `input_lengths` (batch,) int64 are each row's real
 tokens of a right-padded input_ids, `past_lengths` (batch,) int64 each row's real positions of a
@@ -23,6 +25,7 @@ from typing import Optional
 
 import torch
 
+from pygpt.config import ModelConfig
 from pygpt.decoding.sampling import window_keep
 from pygpt.models import GPT
 from pygpt.onnx.graph import models_entry, to_onnx, write_export
@@ -57,10 +60,14 @@ def io_names(n_layer: int) -> tuple[list[str], list[str]]:
             ["logits"] + [f"present.{i}.{name}" for i, name in kv])
 
 
+def _past(cfg: ModelConfig, batch: int, length: int) -> Past:
+    """Zero keys and values of `length` positions, each layer with its own heads."""
+    return [(torch.zeros(batch, cfg.heads(i), length, cfg.qk_head_dim),
+             torch.zeros(batch, cfg.heads(i), length, cfg.v_head_dim)) for i in range(cfg.n_layer)]
+
+
 def empty_past(model: GPT, batch: int) -> Past:
-    cfg = model.config
-    return [(torch.zeros(batch, cfg.n_head, 0, cfg.qk_head_dim),
-             torch.zeros(batch, cfg.n_head, 0, cfg.v_head_dim)) for _ in range(cfg.n_layer)]
+    return _past(model.config, batch, 0)
 
 
 def _to_onnx(model: GPT, path: Path) -> None:
@@ -73,8 +80,7 @@ def _to_onnx(model: GPT, path: Path) -> None:
     # Example inputs with distinct sizes so no dimension gets specialised to a constant.
     ids = torch.zeros(2, 3, dtype=torch.long)
     input_lengths, past_lengths = torch.tensor([3, 2]), torch.tensor([4, 1])
-    past = [(torch.zeros(2, cfg.n_head, 4, cfg.qk_head_dim),
-             torch.zeros(2, cfg.n_head, 4, cfg.v_head_dim)) for _ in range(cfg.n_layer)]
+    past = _past(cfg, 2, 4)
     dynamic = {"input_ids": {0: batch, 1: seq}, "input_lengths": {0: batch},
                "past_lengths": {0: batch},
                "past": [({0: batch, 2: past_len}, {0: batch, 2: past_len})] * cfg.n_layer}
@@ -125,6 +131,8 @@ def export_gpt(model: GPT, tokenizer, out_dir: Path,
                      # Values as wide as keys (head_dim) unless said otherwise.
                      **({"v_head_dim": cfg.v_head_dim} if cfg.v_head_dim != cfg.qk_head_dim
                         else {}),
+                     # Each layer's heads where they differ (n_head: the most of any layer).
+                     **({"layer_heads": list(cfg.layer_heads)} if cfg.layer_heads else {}),
                      "inputs": io_names(cfg.n_layer)[0], "outputs": io_names(cfg.n_layer)[1],
                      "format": RUNNER_FORMAT}
     return write_export(Path(out_dir), {ONNX_FP32: lambda path: _to_onnx(model, path)},

@@ -2,13 +2,16 @@
 scores of pygpt.pruning.importance), and the smaller model that holds only them, a normal
 model of the family on dense kernels.
 
-Every layer keeps the same number of heads and of MLP units (a fraction is applied per layer),
-so the config says the new sizes with n_head and mlp_dim; each head keeps its width (qk_dim
-and v_dim say it once n_head no longer divides n_embd into it). Removing head h takes rows
-h of W_Q, W_K and W_V (with their biases) and the columns of W_O that read its values;
-removing a hidden unit takes its row of the MLP's widening (and bias) and its column of the
-projection back. Kept heads and units stay in their order, so keeping all of them gives the
-model as it was, bit for bit."""
+Either every layer keeps the same number (choose: the highest scores of each layer), or one
+ranking over all layers removes the lowest scores wherever they are (choose_globally, Michel et
+al.'s global pruning: the scores are normalised per layer, so layers compare), every layer
+keeping at least one head and one MLP unit. The config then says the new sizes: n_head and
+mlp_dim where every layer has the same, layer_heads and layer_mlp_dims where they differ; each
+head keeps its width (qk_dim and v_dim say it once n_head no longer divides n_embd into it).
+Removing head h takes rows h of W_Q, W_K and W_V (with their biases) and the columns of W_O
+that read its values; removing a hidden unit takes its row of the MLP's widening (and bias) and
+its column of the projection back. Kept heads and units stay in their order, so keeping all of
+them gives the model as it was, bit for bit."""
 from __future__ import annotations
 
 import dataclasses
@@ -36,23 +39,30 @@ def removed_count(total: int, fraction: float) -> int:
     return int(round(fraction * total))
 
 
+def _check_heads_removable(cfg: ModelConfig) -> None:
+    if not cfg.attn_proj:
+        raise ValueError("heads cannot be pruned without attn_proj: the heads' concatenation is "
+                         "the layer's output")
+    if encoding(cfg.pos_encoding).score_bias is not None:
+        raise ValueError(f"heads cannot be pruned with pos_encoding {cfg.pos_encoding}: its "
+                         "per-head score bias is shared by every layer's heads")
+
+
 def check_prunable(cfg: ModelConfig, heads: int, mlp_width: int) -> None:
     """ValueError (one line) unless the model can keep `heads` heads and `mlp_width` MLP
     units per layer."""
-    if not 1 <= heads <= cfg.n_head:
-        raise ValueError(f"the heads kept per layer must be 1 to n_head {cfg.n_head}, got {heads}")
+    fewest_heads = min(cfg.heads(i) for i in range(cfg.n_layer))
+    fewest_units = min(cfg.mlp_width_of(i) for i in range(cfg.n_layer))
+    if not 1 <= heads <= fewest_heads:
+        most = f"{fewest_heads}, the fewest of a layer" if cfg.layer_heads else f"n_head {cfg.n_head}"
+        raise ValueError(f"the heads kept per layer must be 1 to {most}, got {heads}")
     if heads < cfg.n_head:
-        if not cfg.attn_proj:
-            raise ValueError("heads cannot be pruned without attn_proj: the heads' "
-                             "concatenation is the layer's output")
-        if encoding(cfg.pos_encoding).score_bias is not None:
-            raise ValueError(f"heads cannot be pruned with pos_encoding {cfg.pos_encoding}: its "
-                             "per-head score bias is shared by every layer's heads")
+        _check_heads_removable(cfg)
     if mlp_width != cfg.mlp_width and not cfg.mlp:
         raise ValueError("the model has no MLP (mlp off) to prune")
-    if not 1 <= mlp_width <= cfg.mlp_width:
-        raise ValueError(f"the MLP units kept per layer must be 1 to {cfg.mlp_width}, got "
-                         f"{mlp_width}")
+    if not 1 <= mlp_width <= fewest_units:
+        most = f"{fewest_units}, the fewest of a layer" if cfg.layer_mlp_dims else fewest_units
+        raise ValueError(f"the MLP units kept per layer must be 1 to {most}, got {mlp_width}")
 
 
 def choose(model: nn.Module, scores: Scores, heads: int, mlp_width: int) -> Keep:
@@ -66,14 +76,71 @@ def choose(model: nn.Module, scores: Scores, heads: int, mlp_width: int) -> Keep
     return keep
 
 
-def pruned_config(cfg: ModelConfig, heads: int, mlp_width: int) -> ModelConfig:
-    """cfg with `heads` heads of the same widths and `mlp_width` MLP units per layer; cfg
-    itself when nothing is removed."""
-    changes: dict[str, int] = {}
-    if heads != cfg.n_head:
-        changes.update(n_head=heads, qk_dim=cfg.qk_head_dim, v_dim=cfg.v_head_dim)
-    if cfg.mlp and mlp_width != cfg.mlp_width:
-        changes["mlp_dim"] = mlp_width
+def ranked_globally(scores: Scores, removed: int) -> Keep:
+    """The indices (ascending) each layer keeps when the `removed` lowest scores of all layers
+    (scores: layer name -> one score per head or unit, in layer order) go, every layer keeping
+    at least one. Ties go in a fixed order: the later layer's, then the higher index, first (so
+    that within a layer the kept are those kept() keeps)."""
+    left = {name: len(s) for name, s in scores.items()}
+    order = sorted((float(s[i]), -layer, -i, name) for layer, (name, s) in enumerate(scores.items())
+                   for i in range(len(s)))
+    gone: dict[str, set[int]] = {name: set() for name in scores}
+    for _, _, minus_i, name in order:
+        if removed == 0:
+            break
+        if left[name] > 1:
+            gone[name].add(-minus_i)
+            left[name] -= 1
+            removed -= 1
+    return {name: torch.tensor([i for i in range(len(s)) if i not in gone[name]],
+                               dtype=torch.long) for name, s in scores.items()}
+
+
+def check_globally_prunable(cfg: ModelConfig, head_fraction: float, mlp_fraction: float,
+                            heads_per_layer: Optional[int] = None) -> None:
+    """ValueError (one line) unless choose_globally can prune cfg's model so."""
+    if cfg.arch == "seq2seq":
+        raise ValueError("a translator's layers keep the same number of heads and MLP units "
+                         "(its config holds no per-layer sizes): rank per layer")
+    if heads_per_layer is not None:
+        check_prunable(cfg, heads_per_layer, min(cfg.mlp_width_of(i) for i in range(cfg.n_layer)))
+    if removed_count(sum(cfg.heads(i) for i in range(cfg.n_layer)), head_fraction):
+        _check_heads_removable(cfg)
+    if mlp_fraction > 0 and not cfg.mlp:
+        raise ValueError("the model has no MLP (mlp off) to prune")
+
+
+def choose_globally(model: nn.Module, scores: Scores, head_fraction: float,
+                    mlp_fraction: float, heads_per_layer: Optional[int] = None) -> Keep:
+    """The heads and MLP units to keep when head_fraction of all the model's heads and
+    mlp_fraction of all its MLP units go: the lowest scores of one ranking over every layer
+    (ranked_globally), each layer keeping at least one of each; with heads_per_layer, every
+    layer keeps that many heads instead (its highest scores). GPT and BERT only (a
+    translator's config holds no per-layer sizes: choose)."""
+    cfg: ModelConfig = model.config
+    check_globally_prunable(cfg, head_fraction, mlp_fraction, heads_per_layer)
+    units = units_of(model)
+    heads = {name: scores[name] for name in units.attention if name in scores}
+    mlps = {name: scores[name] for name in units.mlps}
+    keep = (ranked_globally(heads, removed_count(sum(map(len, heads.values())), head_fraction))
+            if heads_per_layer is None else
+            {name: kept(s, heads_per_layer) for name, s in heads.items()})
+    return {**keep, **ranked_globally(mlps, removed_count(sum(map(len, mlps.values())),
+                                                          mlp_fraction))}
+
+
+def pruned_config(cfg: ModelConfig, heads: list[int], mlp_widths: list[int]) -> ModelConfig:
+    """cfg with heads[i] heads (of the same widths) and mlp_widths[i] MLP units in the i-th
+    layer (n_head and mlp_dim where the layers agree, layer_heads and layer_mlp_dims where they
+    differ); cfg itself when nothing is removed."""
+    changes: dict[str, object] = {}
+    if heads != [cfg.heads(i) for i in range(len(heads))]:
+        changes.update(n_head=max(heads), qk_dim=cfg.qk_head_dim, v_dim=cfg.v_head_dim,
+                       layer_heads=() if len(set(heads)) == 1 else tuple(heads))
+    if cfg.mlp and mlp_widths != [cfg.mlp_width_of(i) for i in range(len(mlp_widths))]:
+        uniform = len(set(mlp_widths)) == 1
+        changes.update(mlp_dim=mlp_widths[0] if uniform else cfg.mlp_dim,
+                       layer_mlp_dims=() if uniform else tuple(mlp_widths))
     return dataclasses.replace(cfg, **changes) if changes else cfg
 
 
@@ -104,15 +171,16 @@ def _slice_mlp(state: dict[str, torch.Tensor], name: str, units: torch.Tensor) -
 
 
 def shrink(model: nn.Module, keep: Keep, kernels: Optional[str] = None) -> nn.Module:
-    """A new model of model's family holding only the heads and units in keep (choose's; the
-    same number in every layer), in eval mode; model is not changed."""
+    """A new model of model's family holding only the heads and units in keep (choose's or
+    choose_globally's), in eval mode; model is not changed."""
     cfg: ModelConfig = model.config
     units = units_of(model)
-    heads = {len(keep[n]) for n in units.attention if n in keep} or {cfg.n_head}
-    widths = {len(keep[n]) for n in units.mlps} or {cfg.mlp_width}
-    if len(heads) > 1 or len(widths) > 1:
-        raise ValueError("every layer must keep as many heads and MLP units as the others")
-    new_cfg = pruned_config(cfg, heads.pop(), widths.pop())
+    heads = [len(keep[n]) if n in keep else m.n_head for n, m in units.attention.items()]
+    widths = [len(keep[n]) for n in units.mlps]
+    if cfg.arch == "seq2seq" and (len(set(heads)) > 1 or len(set(widths)) > 1):
+        raise ValueError("every layer of a translator must keep as many heads and MLP units as "
+                         "the others")
+    new_cfg = pruned_config(cfg, heads, widths)
     state = {k: t.clone() for k, t in model.state_dict().items()}
     for name, attn in units.attention.items():
         if name in keep and len(keep[name]) != attn.n_head:
