@@ -5,11 +5,13 @@ Each attention head's and MLP hidden unit's importance is measured on --batches 
 run's own training task and data (a GPT's next-token loss, a BERT's masked-LM or its
 classification loss, a translator's; --data, or --src-data / --tgt-data for a translator,
 reads other data), drawn with a fixed seed so the same run scores the same
-(pygpt.pruning.importance). --head-fraction and --mlp-fraction rank all layers' heads (units)
-together, Michel et al.'s global pruning, so layers keep different numbers (a translator's
-rank each layer, which keeps the same number: its config has no per-layer sizes);
---heads-per-layer K keeps the K best of each layer. The lowest-scoring are removed from the
-weights (pygpt.pruning.shrink). --recover-iters N then
+(pygpt.pruning.importance). --head-fraction ranks all layers' heads together, and then
+--mlp-fraction all their MLP units: Michel et al.'s global pruning, so layers keep different
+numbers (a translator's rank each layer, which keeps the same number: its config has no
+per-layer sizes). --heads-per-layer K keeps the K best heads of each layer and --mlp-fraction
+then the same number of MLP units in each: a uniform model, which Hugging Face's formats can
+hold. The lowest-scoring are removed from the weights (pygpt.pruning.shrink). --recover-iters N
+then
 fine-tunes the pruned model N steps with the run's own training settings (pygpt.training's
 loop, resuming a run that starts at step 0 from the pruned weights).
 
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Callable, Optional
@@ -72,9 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "ranking over every layer, each layer keeping at least one (0: none;"
                             " a translator: of each layer's heads)")
     parser.add_argument("--mlp-fraction", type=_fraction, default=0.0, metavar="F",
-                        help="fraction of all the MLPs' hidden units removed, ranked as "
-                             "--head-fraction's heads, each layer keeping at least one "
-                             "(default 0)")
+                        help="fraction of the MLPs' hidden units removed: with --head-fraction "
+                             "of all of them, ranked as its heads (each layer keeping at least "
+                             "one); with --heads-per-layer of each layer's (default 0)")
     parser.add_argument("--recover-iters", type=int, default=0, metavar="N",
                         help="fine-tune the pruned model N steps with the run's training "
                              "settings (default 0: none)")
@@ -167,16 +168,16 @@ def selection(model: torch.nn.Module, args: argparse.Namespace) -> Callable[[Sco
     """What the flags keep, as a function of the scores; checked before any scoring (one-line
     ValueError)."""
     cfg = model.config
-    if cfg.arch == "seq2seq":  # each layer ranked alone: the same number everywhere
+    if args.heads_per_layer is not None or cfg.arch == "seq2seq":
+        # Each layer ranked alone, every layer keeping the same numbers.
         heads = (args.heads_per_layer if args.heads_per_layer is not None
                  else cfg.n_head - removed_count(cfg.n_head, args.head_fraction))
-        mlp_width = cfg.mlp_width - removed_count(cfg.mlp_width, args.mlp_fraction)
+        width = min(cfg.mlp_width_of(i) for i in range(cfg.n_layer))
+        mlp_width = width - removed_count(width, args.mlp_fraction)
         check_prunable(cfg, heads, mlp_width)
         return lambda scores: choose(model, scores, heads, mlp_width)
-    head_fraction = args.head_fraction or 0.0
-    check_globally_prunable(cfg, head_fraction, args.mlp_fraction, args.heads_per_layer)
-    return lambda scores: choose_globally(model, scores, head_fraction, args.mlp_fraction,
-                                          args.heads_per_layer)
+    check_globally_prunable(cfg, args.head_fraction, args.mlp_fraction)
+    return lambda scores: choose_globally(model, scores, args.head_fraction, args.mlp_fraction)
 
 
 def kept_sizes(cfg: ModelConfig, new: ModelConfig) -> str:

@@ -145,6 +145,16 @@ def test_the_same_pruning_gives_the_same_model(gpt, tmp_path):
     state_dicts_equal(load_file(tmp_path / "a" / WEIGHTS), load_file(tmp_path / "b" / WEIGHTS))
 
 
+def test_heads_per_layer_keeps_the_model_uniform(gpt, tmp_path):
+    """--heads-per-layer with --mlp-fraction ranks each layer alone: every layer the same."""
+    prune(["--ckpt", gpt, "--out", tmp_path / "u", "--heads-per-layer", "3",
+           "--mlp-fraction", "0.5"])
+    model = json.loads((tmp_path / "u" / CONFIG).read_text())["model"]
+    source = json.loads((gpt / CONFIG).read_text())["model"]
+    assert model["n_head"] == 3 and model["mlp_dim"] == 2 * source["n_embd"]
+    assert "layer_heads" not in model and "layer_mlp_dims" not in model
+
+
 def test_pruning_nothing_keeps_the_model_bit_for_bit(gpt, tmp_path):
     prune(["--ckpt", gpt, "--out", tmp_path / "same", "--heads-per-layer", "4"])
     assert (json.loads((tmp_path / "same" / CONFIG).read_text())["model"]

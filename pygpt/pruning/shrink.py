@@ -96,14 +96,11 @@ def ranked_globally(scores: Scores, removed: int) -> Keep:
                                dtype=torch.long) for name, s in scores.items()}
 
 
-def check_globally_prunable(cfg: ModelConfig, head_fraction: float, mlp_fraction: float,
-                            heads_per_layer: Optional[int] = None) -> None:
+def check_globally_prunable(cfg: ModelConfig, head_fraction: float, mlp_fraction: float) -> None:
     """ValueError (one line) unless choose_globally can prune cfg's model so."""
     if cfg.arch == "seq2seq":
         raise ValueError("a translator's layers keep the same number of heads and MLP units "
                          "(its config holds no per-layer sizes): rank per layer")
-    if heads_per_layer is not None:
-        check_prunable(cfg, heads_per_layer, min(cfg.mlp_width_of(i) for i in range(cfg.n_layer)))
     if removed_count(sum(cfg.heads(i) for i in range(cfg.n_layer)), head_fraction):
         _check_heads_removable(cfg)
     if mlp_fraction > 0 and not cfg.mlp:
@@ -111,20 +108,17 @@ def check_globally_prunable(cfg: ModelConfig, head_fraction: float, mlp_fraction
 
 
 def choose_globally(model: nn.Module, scores: Scores, head_fraction: float,
-                    mlp_fraction: float, heads_per_layer: Optional[int] = None) -> Keep:
+                    mlp_fraction: float) -> Keep:
     """The heads and MLP units to keep when head_fraction of all the model's heads and
     mlp_fraction of all its MLP units go: the lowest scores of one ranking over every layer
-    (ranked_globally), each layer keeping at least one of each; with heads_per_layer, every
-    layer keeps that many heads instead (its highest scores). GPT and BERT only (a
+    (ranked_globally), each layer keeping at least one of each. GPT and BERT only (a
     translator's config holds no per-layer sizes: choose)."""
     cfg: ModelConfig = model.config
-    check_globally_prunable(cfg, head_fraction, mlp_fraction, heads_per_layer)
+    check_globally_prunable(cfg, head_fraction, mlp_fraction)
     units = units_of(model)
     heads = {name: scores[name] for name in units.attention if name in scores}
     mlps = {name: scores[name] for name in units.mlps}
-    keep = (ranked_globally(heads, removed_count(sum(map(len, heads.values())), head_fraction))
-            if heads_per_layer is None else
-            {name: kept(s, heads_per_layer) for name, s in heads.items()})
+    keep = ranked_globally(heads, removed_count(sum(map(len, heads.values())), head_fraction))
     return {**keep, **ranked_globally(mlps, removed_count(sum(map(len, mlps.values())),
                                                           mlp_fraction))}
 
