@@ -18,11 +18,12 @@ measured as they ship.
   layers (default 600 steps); quality: sacreBLEU of greedy translations of test_2016_flickr.
 
 Pruning is `python -m pygpt.prune --heads-per-layer K --mlp-fraction F --recover-iters R` on the
-teacher (--prune K:F, default 2:0.5 and 1:0.75; R = --recover-iters, default a quarter of the
-steps); a GPT's or BERT's --mlp-fraction ranks all layers' units together, so their MLPs may
-keep different widths (scratch K:F trains that shape too). Every run is a command line in a subprocess, exactly as a user runs it. The real
-measurement, on a quiet machine (2-core AMD EPYC, one thread each: GPT about 25 min, BERT about
-10 min per seed, translator about 70 min):
+teacher (--prune K:F, default 2:0.5 and 1:0.75: every layer alike), or with `--head-fraction H`
+for Michel et al.'s global ranking of heads and MLP units (--prune gH:F, default g0.5:0.5 for
+the GPT and BERT: layers keep different numbers, and scratch gH:F trains that shape too); R =
+--recover-iters, default a quarter of the steps. Every run is a command line in a subprocess,
+exactly as a user runs it. The real measurement, on a quiet machine (2-core AMD EPYC, one thread
+each: GPT about 25 min, BERT about 10 min per seed, translator about 70 min):
   python benchmarks/bench_compress.py --family gpt --workdir runs/compress-gpt
   python benchmarks/bench_compress.py --family bert --seeds 1 2 3 4 --workdir runs/compress-bert
   python benchmarks/bench_compress.py --family seq2seq --workdir runs/compress-mt
@@ -84,9 +85,10 @@ def train(args, out: Path, flags: list[str], seed: int = 1337, steps: int = 0) -
 
 def prune(args, teacher: Path, out: Path, size: str) -> Path:
     heads, fraction = size.split(":")
+    how = ["--head-fraction", heads[1:]] if heads.startswith("g") else ["--heads-per-layer", heads]
     if not (out / "model.safetensors").exists():
         sh("-m", "pygpt.prune", "--ckpt", str(teacher), "--out", str(out), "--quiet",
-           "--heads-per-layer", heads, "--mlp-fraction", fraction,
+           *how, "--mlp-fraction", fraction,
            "--recover-iters", str(args.recover_iters), "--threads", str(args.threads))
     return out
 
@@ -251,10 +253,11 @@ def bench(args, work: Path) -> None:
         per_seed.append(rows_of(args, runs, work / f"seed-{seed}"))
     columns = list(next(iter(per_seed[0].values())))
     print(f"\n## {args.family}: {args.steps} steps, distillation T {args.temperature}, alpha "
-          f"{args.alpha}; pruned K:F = K heads per layer, fraction F of all MLP units removed "
-          f"(one ranking over every layer), "
-          f"{args.recover_iters} recovery steps; scratch K:F = that shape trained "
-          f"{args.steps + args.recover_iters} steps; seeds {' '.join(map(str, args.seeds))} "
+          f"{args.alpha}; pruned K:F = K heads per layer, fraction F of each layer's MLP units "
+          f"removed; pruned gH:F = fractions H of all heads and F of all MLP units removed (one "
+          f"ranking over every layer); {args.recover_iters} recovery steps; scratch K:F = that "
+          f"shape trained {args.steps + args.recover_iters} steps; seeds "
+          f"{' '.join(map(str, args.seeds))} "
           "(mean ± 95% interval)\n")
     print("| model | " + " | ".join(columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
@@ -268,9 +271,11 @@ def main(argv=None) -> None:
     p.add_argument("--family", choices=list(SIZES), required=True)
     p.add_argument("--steps", type=int, default=None, help="training steps of the teacher and "
                    "students (default: gpt 2000, bert 600, seq2seq 600; --small 4)")
-    p.add_argument("--prune", nargs="*", default=["2:0.5", "1:0.75"], metavar="K:F",
-                   help="pruned sizes: K heads kept per layer, fraction F of all MLP units "
-                        "removed (ranked over every layer)")
+    p.add_argument("--prune", nargs="*", default=None, metavar="K:F",
+                   help="pruned sizes: K heads kept per layer and fraction F of each layer's MLP "
+                        "units removed, or gH:F: fractions H of all heads and F of all MLP "
+                        "units removed by one global ranking (default: 2:0.5 1:0.75, and "
+                        "g0.5:0.5 but for seq2seq)")
     p.add_argument("--recover-iters", type=int, default=None,
                    help="fine-tuning steps after pruning (default: a quarter of --steps)")
     p.add_argument("--seeds", type=int, nargs="+", default=[1])
@@ -295,14 +300,18 @@ def main(argv=None) -> None:
     args.steps = args.steps or STEPS[args.family]
     if args.recover_iters is None:
         args.recover_iters = args.steps // 4
+    if args.prune is None:
+        args.prune = ["2:0.5", "1:0.75"] + (["g0.5:0.5"] if args.family != "seq2seq" else [])
     for size in args.prune:
         heads, _, fraction = size.partition(":")
         try:
-            ok = heads.isdigit() and int(heads) > 0 and 0 <= float(fraction) < 1
+            ok = ((0 <= float(heads[1:]) < 1) if heads.startswith("g")
+                  else heads.isdigit() and int(heads) > 0) and 0 <= float(fraction) < 1
         except ValueError:
             ok = False
         if not ok:
-            p.error(f"--prune takes K:F (K heads kept per layer, F in [0, 1)), got {size!r}")
+            p.error(f"--prune takes K:F or gH:F (K heads kept per layer, or a fraction H of all "
+                    f"heads removed by one global ranking; F in [0, 1)), got {size!r}")
     run_benchmark("bench_compress", args, bench, "1 (onnxruntime), --threads for training")
 
 
