@@ -62,24 +62,24 @@ def test_per_layer_sizes_that_disagree_with_the_weights_are_refused_before_build
     the model on the meta device only."""
     n_layer = json.loads((ckpt / CONFIG).read_text())["model"]["n_layer"]
     set_model_fields(ckpt, layer_mlp_dims=[3] * n_layer)
-    built = []
-    real_build = checkpoint.build
-    monkeypatch.setattr(checkpoint, "build", lambda cfg, kernels="ext": (
-        built.append(torch.get_default_device().type), real_build(cfg, kernels))[1])
-    with pytest.raises(ValueError, match=r"does not match config\.json: .*mlp\.fc\.weight"):
-        checkpoint.load(ckpt)
-    assert built == ["meta"]
+    refused_on_meta_only(ckpt, monkeypatch, r"does not match config\.json: .*mlp\.fc\.weight")
 
 
 def test_sizes_that_disagree_with_the_weights_are_refused_before_building(ckpt, monkeypatch):
     """A context of a million learned positions is within the bounds, but the weights hold 16:
     load names the mismatch having built the model on the meta device only."""
     set_model_fields(ckpt, block_size=1_000_000)
+    refused_on_meta_only(ckpt, monkeypatch, r"does not match config\.json: .*\(1000000, ")
+
+
+def refused_on_meta_only(ckpt, monkeypatch, match: str) -> None:
+    """checkpoint.load(ckpt) raises a ValueError matching `match`, having built the model on
+    the meta device only (no memory allocated from the folder's sizes)."""
     built = []
     real_build = checkpoint.build
     monkeypatch.setattr(checkpoint, "build", lambda cfg, kernels="ext": (
         built.append(torch.get_default_device().type), real_build(cfg, kernels))[1])
-    with pytest.raises(ValueError, match=r"does not match config\.json: .*\(1000000, "):
+    with pytest.raises(ValueError, match=match):
         checkpoint.load(ckpt)
     assert built == ["meta"]
 
