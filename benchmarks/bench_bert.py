@@ -50,10 +50,10 @@ import torch
 from machine import run_benchmark
 from pygpt.classify import load_classifier, predict
 from pygpt.families.bert import CLASSIFY_PRESET
-from pygpt.presets import preset
+from pygpt.config.presets import preset
 from pygpt.data.labelled import Encoded, counts, held_out_split, macro_f1, read_labelled
-from pygpt.io import atomic_write_text
-from pygpt.run_files import METRICS
+from pygpt.storage.atomic import atomic_write_text
+from pygpt.storage.run_files import METRICS
 from pygpt.speakers import Speech, tsv
 
 REPO = Path(__file__).resolve().parent.parent

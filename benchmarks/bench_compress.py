@@ -47,7 +47,7 @@ from machine import run_benchmark
 from pygpt.data.text import SHIPPED_TEXT
 from pygpt_runtime.onnx_bert import OnnxBERT
 from pygpt_runtime.onnx_search import Search
-from pygpt_runtime.onnx_translate import OnnxSeq2Seq, read_lines
+from pygpt_runtime.onnx_seq2seq import OnnxSeq2Seq, read_lines
 from pygpt_runtime.run_onnx import OnnxGPT, stream
 
 REPO = Path(__file__).resolve().parent.parent

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 import pygpt.ops as ops
 from machine import busy_warning
-from pygpt.presets import preset
+from pygpt.config.presets import preset
 
 
 def _leaves(*ts):

@@ -43,7 +43,7 @@ import torch
 
 from machine import busy_warning
 from pygpt.config import KERNEL_SETS
-from pygpt.presets import PRESETS, preset
+from pygpt.config.presets import PRESETS, preset
 from pygpt.models import GPT
 from pygpt.decoding.sampling import Sampling
 
@@ -79,7 +79,7 @@ _EXPORTS: dict[int, Path] = {}
 
 def _onnx_runner(model: GPT, variant: str) -> Optional[Runner]:
     try:
-        from pygpt import checkpoint
+        from pygpt.storage import checkpoint
         from pygpt.export import export
         from pygpt.tokenizer import CharTokenizer
     except ImportError:

@@ -36,11 +36,11 @@ import torch.nn.functional as F
 
 from bench_bert import last_metrics, run
 from machine import run_benchmark
-from pygpt.checkpoint import load
+from pygpt.storage.checkpoint import load
 from pygpt.config import ModelConfig
 from pygpt.data.text import TokenFile, TokenSplits
 from pygpt.families import build
-from pygpt.presets import preset
+from pygpt.config.presets import preset
 
 ENCODINGS = ["learned", "sinusoidal", "rotary", "relative", "alibi", "none"]
 TRAIN_CONTEXT = preset("baby").model.block_size  # 64

@@ -29,9 +29,9 @@ import torch
 
 from machine import busy_warning
 import pygpt.prune
-from pygpt import checkpoint, export
+from pygpt.storage import checkpoint, export
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.config_fields import config_from_dict
+from pygpt.config.fields import config_from_dict
 from pygpt.families import family
 from pygpt.training import evaluate, train
 from pygpt.training.distributed import Distributed

@@ -5,7 +5,7 @@ first token and per request, the server's peak RSS and the errors (which must be
     python -m pygpt.export --ckpt out/ --out out/onnx      # the `baby` model
     python benchmarks/bench_serve.py --model out/onnx --seconds 60
 
-The server runs in its own process (python -m pygpt_runtime.serve_command) on a free port, with
+The server runs in its own process (python -m pygpt_runtime.serve.command) on a free port, with
 --max-batch at least the most clients; the clients are threads with httpx. Client i sends the
 first len(prompt) - i % len(prompt) characters of --prompt, so that rows of different lengths
 decode together (as real traffic has them). Report the CPU with the numbers
@@ -81,7 +81,7 @@ def main() -> None:
     args = p.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "pygpt_runtime.serve_command", "--model", args.model,
+    cmd = [sys.executable, "-m", "pygpt_runtime.serve.command", "--model", args.model,
            "--port", str(port), "--log-level", "warning",
            "--max-batch", str(max(args.clients)), "--queue-size", str(max(args.clients))]
     server = subprocess.Popen(cmd + (["--threads", str(args.threads)] if args.threads else []))

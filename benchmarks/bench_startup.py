@@ -27,10 +27,10 @@ from pathlib import Path
 import torch
 
 from machine import busy_warning, cpu_model
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.export import export
 from pygpt.models import GPT
-from pygpt.presets import preset
+from pygpt.config.presets import preset
 from pygpt.tokenizer import CharTokenizer
 
 RUNNER = [sys.executable, "-m", "pygpt_runtime"]  # the pygpt-run command

@@ -37,7 +37,7 @@ import torch
 from bench_bert import last_metrics
 from machine import run_benchmark
 from pygpt.tasks.bleu import score
-from pygpt.checkpoint import load
+from pygpt.storage.checkpoint import load
 from pygpt.data.parallel import read_lines
 from pygpt.decoding.translate_texts import translate_texts
 from pygpt.decoding.beam_search import Search

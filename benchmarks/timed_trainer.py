@@ -9,7 +9,7 @@ import time
 import torch
 
 from machine import cpu_model, isa_note, use_isa
-from pygpt.presets import PRESETS, preset
+from pygpt.config.presets import PRESETS, preset
 from pygpt.data.text import TokenSplits, read_text
 from pygpt.models import GPT
 from pygpt.tokenizer import CharTokenizer

@@ -48,6 +48,6 @@ _check_torch()
 
 def load(path, kernels: str = "ext", device: str = "cpu"):
     """(model, tokenizer) from a checkpoint folder written by `python -m pygpt.train`."""
-    from pygpt.checkpoint import load as load_checkpoint
+    from pygpt.storage.checkpoint import load as load_checkpoint
 
     return load_checkpoint(path, kernels=kernels, device=device)

@@ -16,8 +16,8 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from pygpt.checkpoint import load
-from pygpt.cli import use_threads
+from pygpt.storage.checkpoint import load
+from pygpt.config.flags import use_threads
 from pygpt.config import KERNEL_SETS
 from pygpt.inspect.attention_explain import check_short, explain
 from pygpt.inspect.attention_maps import TRANSLATOR_PARTS, AttentionMaps, attention_maps

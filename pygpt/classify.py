@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from pygpt.checkpoint import load, load_labels
+from pygpt.storage.checkpoint import load, load_labels
 from pygpt.config import KERNEL_SETS
 from pygpt.data.labelled import Encoded, Example, counts, macro_f1, read_labelled
 from pygpt.decoding.finite import require_finite

@@ -22,12 +22,12 @@ import argparse
 from pathlib import Path
 from typing import Optional, Union
 
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.families import family
-from pygpt.io import committed_path, is_leftover, read_committed
+from pygpt.storage.atomic import committed_path, is_leftover, read_committed
 from pygpt.onnx.graph import OPSET, TRANSLATIONS
 from pygpt.onnx.int8 import PARTS, WEIGHT_TYPES, Int8Settings
-from pygpt.run_files import CONFIG, RUNNER_CONFIG, WEIGHTS
+from pygpt.storage.run_files import CONFIG, RUNNER_CONFIG, WEIGHTS
 from pygpt.training.run_folder import LOCK, RunFolder
 from pygpt_runtime.onnx_text import read_config as read_runner_config
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import torch
 
-from pygpt.checkpoint import load
+from pygpt.storage.checkpoint import load
 from pygpt.config import KERNEL_SETS
 from pygpt.decoding.finite import require_finite
 from pygpt.models import BERT

@@ -15,8 +15,8 @@ from typing import Optional
 
 import torch
 
-from pygpt.checkpoint import load
-from pygpt.cli import use_threads
+from pygpt.storage.checkpoint import load
+from pygpt.config.flags import use_threads
 from pygpt.config import KERNEL_SETS
 from pygpt.decoding.sampling import Generates, Sampling
 from pygpt_runtime.cli_checks import (HelpFormatter, add_sampling_flags, exits_cleanly,

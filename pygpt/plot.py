@@ -10,7 +10,7 @@ panel lines up with the learning-rate schedule and the checkpoints.
 
 The figure is built with matplotlib's object-oriented API (Figure + the Agg canvas), never
 pyplot: importing or calling this module leaves the user's backend and pyplot's figure list
-alone, and works without a display. The PNG is written atomically (pygpt.io.atomic_write).
+alone, and works without a display. The PNG is written atomically (pygpt.storage.atomic.atomic_write).
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter
 
-from pygpt.io import atomic_write
-from pygpt.run_files import LOSS_PLOT, METRICS
+from pygpt.storage.atomic import atomic_write
+from pygpt.storage.run_files import LOSS_PLOT, METRICS
 
 FIGSIZE = (11.0, 4.8)  # inches
 DPI = 120  # so the PNG is 1320 x 576 pixels

@@ -17,7 +17,7 @@ loop, resuming a run that starts at step 0 from the pruned weights).
 
 NEW is a normal run folder of the smaller model that every command, the exporter and the
 runner read; --out follows pygpt.train's rules (a new or empty folder, or --overwrite over an
-earlier run; never the source) and the folder changes as a whole (pygpt.checkpoint.save)."""
+earlier run; never the source) and the folder changes as a whole (pygpt.storage.checkpoint.save)."""
 from __future__ import annotations
 
 import argparse
@@ -28,12 +28,12 @@ from typing import Callable, Optional
 
 import torch
 
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.config_fields import config_from_dict
+from pygpt.config.fields import config_from_dict
 from pygpt.data.text import check_data_file
 from pygpt.families import family
-from pygpt.presets import preset
+from pygpt.config.presets import preset
 from pygpt.pruning import (Scores, check_globally_prunable, check_prunable, choose,
                            choose_globally, importance, removed_count, shrink)
 from pygpt.pruning.shrink import Keep

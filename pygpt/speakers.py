@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
 
 from pygpt.data.text import SHIPPED_TEXT, read_text
-from pygpt.io import atomic_write_text
+from pygpt.storage.atomic import atomic_write_text
 
 
 class Speech(NamedTuple):

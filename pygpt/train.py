@@ -20,15 +20,15 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from pygpt import checkpoint
-from pygpt.cli import add_dataclass_flags, overrides
+from pygpt.storage import checkpoint
+from pygpt.config.flags import add_dataclass_flags, overrides
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.config_fields import config_from_dict
+from pygpt.config.fields import config_from_dict
 from pygpt.data.text import check_data_file
 from pygpt.families import FAMILIES, family
 from pygpt.families.base import TRANSLATION_FILES
-from pygpt.presets import PRESETS, preset
-from pygpt.run_files import CONFIG
+from pygpt.config.presets import PRESETS, preset
+from pygpt.storage.run_files import CONFIG
 from pygpt.training import train
 from pygpt.training.run_folder import RUN_FILES, RunFolder
 from pygpt.training.stop import StopRequest

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Optional
 
 from pygpt.tasks.bleu import score
-from pygpt.checkpoint import load
-from pygpt.cli import use_threads
+from pygpt.storage.checkpoint import load
+from pygpt.config.flags import use_threads
 from pygpt.config import KERNEL_SETS
-from pygpt.io import atomic_write_text
+from pygpt.storage.atomic import atomic_write_text
 from pygpt.models import Seq2Seq
 from pygpt.data.parallel import read_lines
 from pygpt.decoding.translate_texts import BATCH_SIZE, SPECIALS, translate_texts

@@ -59,7 +59,7 @@ def trained(text_file, tmp_path_factory):
     import dataclasses
 
     from helpers import TINY_MODEL, tiny_train_cfg
-    from pygpt.run_files import TRAIN_STATE
+    from pygpt.storage.run_files import TRAIN_STATE
     from pygpt.training import train
 
     out = tmp_path_factory.mktemp("trained") / "run"

@@ -67,7 +67,7 @@ WHAT_RANGE = r"range|bound|valid|\[0|>=|<|class|index"
 import dataclasses  # noqa: E402  (only the GPT helpers below need these)
 
 from pygpt.config import ModelConfig  # noqa: E402
-from pygpt.presets import preset  # noqa: E402
+from pygpt.config.presets import preset  # noqa: E402
 
 V = 23  # vocabulary of the random-token tests
 
@@ -129,7 +129,7 @@ import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from pygpt.config import ModelConfig, TrainConfig  # noqa: E402
-from pygpt.run_files import METRICS  # noqa: E402
+from pygpt.storage.run_files import METRICS  # noqa: E402
 
 TINY_MODEL = ModelConfig(block_size=8, n_layer=1, n_head=2, n_embd=16)
 # The CLI flags of the same tiny run.

@@ -12,7 +12,7 @@ from matplotlib.image import imread
 
 from helpers import spread_
 from mt_helpers import CFG as MT_CFG, tokenizer as mt_tokenizer
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.attention import main
 from pygpt.config import ModelConfig
 from pygpt.families import build

@@ -15,9 +15,9 @@ import pytest
 from onnx import numpy_helper
 
 from helpers import RUNNER_COMMAND
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.export import export
-from pygpt.run_files import RUNNER_CONFIG
+from pygpt.storage.run_files import RUNNER_CONFIG
 from test_bad_folders import bert_folder, translator_folder
 from test_runner_cli import exported  # noqa: F401  (the tiny GPT export)
 

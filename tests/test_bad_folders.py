@@ -12,9 +12,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.config import MAX_NUMBERS, MAX_SIZES, ModelConfig
-from pygpt.run_files import CONFIG, WEIGHTS
+from pygpt.storage.run_files import CONFIG, WEIGHTS
 
 
 def set_model_fields(folder, **fields):

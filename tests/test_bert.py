@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 from helpers import close, spread_, twin
 from pygpt.config import ModelConfig
-from pygpt.config_fields import config_from_dict, to_dict
-from pygpt.presets import preset
+from pygpt.config.fields import config_from_dict, to_dict
+from pygpt.config.presets import preset
 from pygpt.families import build
 from pygpt.models import BERT
 from pygpt.models.bert import IGNORE_INDEX

@@ -15,7 +15,7 @@ import pygpt.generate
 import pygpt.train
 from helpers import metrics, state_dicts_equal
 from pygpt.models import BERT
-from pygpt.run_files import CONFIG
+from pygpt.storage.run_files import CONFIG
 
 SHAPE = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--block-size", "32",
          "--batch-size", "8", "--eval-iters", "2", "--quiet"]

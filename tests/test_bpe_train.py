@@ -21,12 +21,12 @@ from helpers import RUNNER_COMMAND
 import pygpt
 import pygpt.generate
 import pygpt.train
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt import export as exporter
 from pygpt.data.text import SHIPPED_TEXT
 from pygpt.decoding.sampling import Sampling
 from pygpt.models import GPT
-from pygpt.run_files import RUNNER_CONFIG
+from pygpt.storage.run_files import RUNNER_CONFIG
 from pygpt.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer
 
 

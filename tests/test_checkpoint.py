@@ -1,4 +1,4 @@
-"""Checkpoint folders (pygpt.checkpoint): save and load round trips bit for bit, new checkpoints
+"""Checkpoint folders (pygpt.storage.checkpoint): save and load round trips bit for bit, new checkpoints
 are format 3 (the model config names its family, arch "gpt"), format 1 checkpoints written
 before the models were assembled from pygpt.nn still load to the same logits (and fine-tune and
 resume from), damaged or mismatched files are clear errors instead of silently wrong models, a
@@ -17,15 +17,15 @@ from safetensors.torch import load_file
 
 import pygpt
 import pygpt.generate
-import pygpt.serializers
+import pygpt.storage.serializers
 import pygpt.train
 from helpers import TINY_MODEL, edit_json, state_dicts_equal, tiny_train_cfg
-from pygpt import checkpoint, compat
+from pygpt.storage import checkpoint, compat
 from pygpt.config import TrainConfig
-from pygpt.io import atomic_write
+from pygpt.storage.atomic import atomic_write
 from pygpt.models import GPT
 from pygpt.nn import LayerNorm
-from pygpt.run_files import CONFIG, LOSS_PLOT, METRICS, TOKENIZER, TRAIN_STATE, WEIGHTS
+from pygpt.storage.run_files import CONFIG, LOSS_PLOT, METRICS, TOKENIZER, TRAIN_STATE, WEIGHTS
 from pygpt.tokenizer import CharTokenizer, load_tokenizer
 from pygpt.training import make_optimizer, train
 
@@ -42,7 +42,7 @@ def WEIGHTS_MODE(folder, name=WEIGHTS):
 
 @pytest.mark.parametrize("arch", ["default", "sinusoidal-untied", "seed"])
 def test_checkpoint_round_trip(tmp_path, arch):
-    from pygpt.presets import preset
+    from pygpt.config.presets import preset
 
     tokenizer = CharTokenizer.from_text("hello, world!\nHELLO?")
     cfg = dict(default=TINY_MODEL,
@@ -360,7 +360,7 @@ def test_crash_while_saving_weights_keeps_previous(ckpt, monkeypatch):
         seen.append(filename)
         raise OSError("No space left on device")  # ... when the write fails
 
-    monkeypatch.setattr(pygpt.serializers, "save_model", dying_save_model)
+    monkeypatch.setattr(pygpt.storage.serializers, "save_model", dying_save_model)
     with pytest.raises(OSError, match="No space left"):
         checkpoint.save(ckpt, model, tok, step=99)
     assert seen and Path(seen[0]).parent.parent == ckpt  # written in a staging folder
@@ -412,7 +412,7 @@ def test_atomic_write_replaces_whole_or_nothing(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]
 
 
-# --- saves as a whole (pygpt.io.FolderWrite), and damaged training states --------------------
+# --- saves as a whole (pygpt.storage.atomic.FolderWrite), and damaged training states --------------------
 
 def snapshot(folder):
     """Every path under folder with its bytes: to prove a reader wrote nothing."""

@@ -16,11 +16,11 @@ import pygpt
 import pygpt.classify
 import pygpt.train
 from helpers import metrics, state_dicts_equal
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.data.labelled import Encoded, counts, macro_f1, read_labelled
 from pygpt.models import BERT
-from pygpt.run_files import LABELS
+from pygpt.storage.run_files import LABELS
 from pygpt.tokenizer import CharTokenizer
 from pygpt.training import evaluate
 from pygpt.tasks import Classification

@@ -19,7 +19,7 @@ import pygpt.train
 from helpers import TINY_FLAGS, edit_json, metrics
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.decoding.sampling import Sampling
-from pygpt.run_files import WEIGHTS
+from pygpt.storage.run_files import WEIGHTS
 
 
 def help_text(main, capsys):

@@ -1,4 +1,4 @@
-"""Checkpoints of the previous format still load, resume and export (pygpt.compat): a format 2
+"""Checkpoints of the previous format still load, resume and export (pygpt.storage.compat): a format 2
 translator, saved by the code before the model config held only its family's fields and before
 label smoothing moved to the training settings, gives the logits it gave then and resumes to
 exactly the metrics the format 2 code recorded for the same two steps."""
@@ -11,9 +11,9 @@ from safetensors.torch import load_file
 
 import pygpt
 import pygpt.train
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.export import export
-from pygpt.run_files import CONFIG, METRICS, RUNNER_CONFIG
+from pygpt.storage.run_files import CONFIG, METRICS, RUNNER_CONFIG
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "seq2seq-format2"
 

@@ -15,7 +15,7 @@ import pygpt.classify
 import pygpt.fill_mask
 from hf_helpers import WORDS, bert_folder, convert, import_variants, load_hf, tensors
 from helpers import train_cli
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.config import ModelConfig
 from pygpt.data.labelled import Encoded, Example
 from pygpt.export import export

@@ -13,12 +13,12 @@ import pygpt
 import pygpt.generate
 from hf_helpers import TEXT, convert, gpt2_folder, import_variants, load_hf, tensors
 from helpers import train_cli
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.config import ModelConfig
 from pygpt.decoding.sampling import Sampling
 from pygpt.export import export
 from pygpt.families import build
-from pygpt.presets import preset
+from pygpt.config.presets import preset
 from pygpt.tokenizer import BPETokenizer, CharTokenizer
 from pygpt_runtime import run_onnx
 

@@ -1,7 +1,7 @@
 """Nothing lost, ever: a process SIGKILLed between any two file operations of a save or an
 export leaves a folder that holds the previous whole contents or the new ones, never a mix.
 
-pygpt.io's test hook (PYGPT_TEST_KILL_AT=k) kills the process after its k-th file operation, in
+pygpt.storage.atomic's test hook (PYGPT_TEST_KILL_AT=k) kills the process after its k-th file operation, in
 a child forked from this one (torch is imported already) for k = 1, 2, ... until the child ends
 unkilled: every gap between two operations is cut once (one also in a real subprocess).
 After each kill, a checkpoint folder must load (the step before or the step saved), resume with
@@ -24,12 +24,12 @@ import pytest
 
 import pygpt.train
 from helpers import state_dicts_equal, tiny_train_cfg
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt import export as exporter
 from pygpt.onnx import gpt as export_gpt
 from pygpt.config import ModelConfig
-from pygpt.io import KILL_ENV, is_leftover
-from pygpt.run_files import CONFIG, ONNX_FP32, RUNNER_CONFIG, TOKENIZER
+from pygpt.storage.atomic import KILL_ENV, is_leftover
+from pygpt.storage.run_files import CONFIG, ONNX_FP32, RUNNER_CONFIG, TOKENIZER
 from pygpt.training import train
 from pygpt.training.run_folder import RunFolder
 from pygpt_runtime import run_onnx

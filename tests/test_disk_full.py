@@ -2,7 +2,7 @@
 the OS refuses is one `error:` line naming the folder and the OS's reason, exit 1, with the
 folder's previous contents intact and no staging folder left; the GPT token cache that cannot be
 written beside the data goes to the user cache, with a note. The error is injected at the k-th
-file pygpt.io flushes to disk, or, where this machine can mount one, by a tmpfs too small."""
+file pygpt.storage.atomic flushes to disk, or, where this machine can mount one, by a tmpfs too small."""
 import errno
 import json
 import os
@@ -13,9 +13,9 @@ import sys
 import pytest
 
 import pygpt.export
-import pygpt.io
+import pygpt.storage.atomic
 from helpers import snapshot, state_dicts_equal, train_cli
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.data import text as data
 from pygpt.data.text import TokenFile
 from pygpt.tokenizer import CharTokenizer
@@ -24,8 +24,8 @@ FULL = os.strerror(errno.ENOSPC)
 
 
 def fail_at(monkeypatch, k, code=errno.ENOSPC):
-    """From the k-th file pygpt.io flushes to disk on, the OS refuses with `code`."""
-    real, calls = pygpt.io._fsync_file, []
+    """From the k-th file pygpt.storage.atomic flushes to disk on, the OS refuses with `code`."""
+    real, calls = pygpt.storage.atomic._fsync_file, []
 
     def fsync_file(path):
         calls.append(path)
@@ -33,14 +33,14 @@ def fail_at(monkeypatch, k, code=errno.ENOSPC):
             raise OSError(code, os.strerror(code))
         real(path)
 
-    monkeypatch.setattr(pygpt.io, "_fsync_file", fsync_file)
+    monkeypatch.setattr(pygpt.storage.atomic, "_fsync_file", fsync_file)
     return calls
 
 
 def assert_refused(line, folder):
     assert line.startswith("error: ") and "\n" not in line, line
     assert str(folder) in line and FULL in line and "intact" in line, line
-    assert not [p.name for p in folder.iterdir() if p.name.startswith(pygpt.io.STAGING)]
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(pygpt.storage.atomic.STAGING)]
 
 
 # a resumed run writes metrics.jsonl first (1), then the checkpoint: weights, train state,
@@ -88,14 +88,14 @@ def test_a_token_cache_that_cannot_be_written_goes_to_the_user_cache(tmp_path, m
     corpus.write_text("to be or not to be\n" * 20, encoding="utf-8")
     user_cache = tmp_path / "user-cache"
     monkeypatch.setattr(data, "USER_CACHE", user_cache)
-    real, refused = pygpt.io._fsync_file, os.strerror(code)
+    real, refused = pygpt.storage.atomic._fsync_file, os.strerror(code)
 
     def fsync_file(path):
         if path.parent == corpus.parent:
             raise OSError(code, refused)
         real(path)
 
-    monkeypatch.setattr(pygpt.io, "_fsync_file", fsync_file)
+    monkeypatch.setattr(pygpt.storage.atomic, "_fsync_file", fsync_file)
     tok = CharTokenizer.from_text(corpus.read_text(encoding="utf-8"))
     tokens = TokenFile.load(corpus, tok).tokens
     assert tokens.tolist() == tok.encode(corpus.read_text(encoding="utf-8"))

@@ -13,7 +13,7 @@ from torch import nn
 import pygpt.train
 import pygpt.training.loop as loop
 from helpers import TINY_FLAGS, TINY_MODEL, snapshot, tiny_train_cfg
-from pygpt.run_files import WEIGHTS
+from pygpt.storage.run_files import WEIGHTS
 from pygpt.training import train
 from pygpt.training.step import Diverged, check_finite_weights, train_step
 

@@ -20,7 +20,7 @@ from pygpt import export as exporter
 from pygpt.onnx import gpt as export_gpt
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.decoding.sampling import Sampling
-from pygpt.run_files import ONNX_FP32, ONNX_INT8, RUNNER_CONFIG, TOKENIZER
+from pygpt.storage.run_files import ONNX_FP32, ONNX_INT8, RUNNER_CONFIG, TOKENIZER
 from pygpt.training import train
 from pygpt_runtime import run_onnx
 

@@ -22,7 +22,7 @@ from pygpt import export as exporter
 from pygpt.onnx.bert import padded_batch
 from pygpt.data.labelled import Encoded, Example
 from pygpt.data.common import truncate_pair
-from pygpt.run_files import RUNNER_CONFIG
+from pygpt.storage.run_files import RUNNER_CONFIG
 from pygpt_runtime import onnx_bert, run_onnx
 from test_classify import run, zebra_rows
 from test_labelled_data import write

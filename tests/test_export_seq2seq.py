@@ -1,5 +1,5 @@
 """The ONNX export of a seq2seq checkpoint (pygpt.onnx.seq2seq) and the torch-free translator
-(pygpt-run; export/pygpt_runtime/onnx_translate.py): a tiny translator (tests/mt_helpers.py) saved
+(pygpt-run; export/pygpt_runtime/onnx_seq2seq.py): a tiny translator (tests/mt_helpers.py) saved
 and exported once, fp32 and int8; its three graphs must give PyTorch's encoder output, first-step
 and cached-step logits and caches on padded batches; the runner must print exactly what python -m
 pygpt.translate prints, greedy and beam; it runs where torch cannot be imported; and failures are
@@ -19,14 +19,14 @@ import torch
 
 from helpers import RUNNER_COMMAND, torch_free_env
 from mt_helpers import CFG, reverser, tokenizer, words
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.onnx import seq2seq as exporter
 from pygpt.config import ModelConfig
 from pygpt.export import export
 from pygpt.families import build
-from pygpt.run_files import RUNNER_CONFIG, TOKENIZER
+from pygpt.storage.run_files import RUNNER_CONFIG, TOKENIZER
 from pygpt.translate import main as translate_main
-from pygpt_runtime import onnx_translate
+from pygpt_runtime import onnx_seq2seq
 
 TEXTS = [*words(30, seed=5), "", "abc de", "hgfedcba abcdefgh", "  h  "]
 
@@ -69,7 +69,7 @@ def test_the_folder_holds_the_graphs_tokenizer_and_runner_config(exported):
 def test_the_graphs_match_pytorch_on_padded_batches(exported):
     """Encoder, the first step over [BOS] and four cached steps, batch of 3 padded sources."""
     _, onnx_dir, model, _ = exported
-    runner = onnx_translate.OnnxSeq2Seq(str(onnx_dir))
+    runner = onnx_seq2seq.OnnxSeq2Seq(str(onnx_dir))
     g = torch.Generator().manual_seed(3)
     lengths = torch.tensor([9, 1, 5])
     mask = (torch.arange(9)[None] < lengths[:, None]).long()
@@ -100,12 +100,12 @@ def test_the_runner_translates_as_pygpt_translate(exported, tmp_path, capsys, fl
     src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     translate_main(["--ckpt", str(ckpt), "--file", str(src), *flags])
     expected = capsys.readouterr().out
-    onnx_translate.main(["--model", str(onnx_dir), "--file", str(src), *flags])
+    onnx_seq2seq.main(["--model", str(onnx_dir), "--file", str(src), *flags])
     assert capsys.readouterr().out == expected
     lines = expected.split("\n")
     assert len(lines) == len(TEXTS) + 1 and len(set(lines)) > len(TEXTS) // 2  # varied output
     assert sum(line == text[::-1] for line, text in zip(lines, TEXTS)) >= 3  # some learned
-    onnx_translate.main(["--model", str(onnx_dir), "--file", str(src), "--int8", *flags])
+    onnx_seq2seq.main(["--model", str(onnx_dir), "--file", str(src), "--int8", *flags])
     assert capsys.readouterr().out.count("\n") == len(TEXTS)
 
 
@@ -116,8 +116,8 @@ def test_the_runner_needs_no_torch(exported, tmp_path):
                            "abcd", "--beam", "2"], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
-    expected = onnx_translate.OnnxSeq2Seq(str(onnx_dir)).translate(
-        ["abcd"], onnx_translate.Search(beam=2))
+    expected = onnx_seq2seq.OnnxSeq2Seq(str(onnx_dir)).translate(
+        ["abcd"], onnx_seq2seq.Search(beam=2))
     assert done.stdout == expected[0] + "\n"
     probe = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True)
     assert probe.returncode != 0  # the blocker really blocks
@@ -146,7 +146,7 @@ def test_failures_are_clean(exported, tmp_path, monkeypatch):
                           (["--model", str(onnx_dir), "--text", "ab", "--beam", "0"],
                            "beam must be at least 1")]:
         with pytest.raises(SystemExit) as e:
-            onnx_translate.main(argv)
+            onnx_seq2seq.main(argv)
         assert message in e.value.code and "\n" not in e.value.code, e.value.code
 
 

@@ -16,7 +16,7 @@ import torch
 import pygpt
 import pygpt.train
 from pygpt.config import TrainConfig
-from pygpt.config_fields import config_from_dict
+from pygpt.config.fields import config_from_dict
 from pygpt.data.text import SHIPPED_TEXT, TokenFile
 from pygpt.models import GPT
 from pygpt.training import evaluate, lr_at

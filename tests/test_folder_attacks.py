@@ -18,8 +18,8 @@ import pygpt.training.loop as loop
 from helpers import TINY_FLAGS
 from pygpt import export as exporter
 from pygpt.data.text import TokenFile
-from pygpt.io import MARKER, STAGING, recover_folder
-from pygpt.run_files import CONFIG, METRICS, RUNNER_CONFIG, WEIGHTS
+from pygpt.storage.atomic import MARKER, STAGING, recover_folder
+from pygpt.storage.run_files import CONFIG, METRICS, RUNNER_CONFIG, WEIGHTS
 from pygpt.tokenizer import CharTokenizer
 from pygpt.training.run_folder import LOCK
 

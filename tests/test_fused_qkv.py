@@ -2,7 +2,7 @@
 for self-attention's Q, K and V (cross-attention: K and V) gives what three separate nn.Linears
 with the same weights give, its outputs are views of one result, it draws the same initial
 weights as the separate layers did, and weights saved with separate `q`, `k`, `v` (the layout
-before the fusion) load into it (rewritten by pygpt.compat) and give the same outputs."""
+before the fusion) load into it (rewritten by pygpt.storage.compat) and give the same outputs."""
 
 import pytest
 import torch
@@ -13,13 +13,13 @@ from torch import nn
 import pygpt
 from helpers import close, rand, spread_, state_dicts_equal
 from test_nn import separate_projections
-from pygpt.compat import stack_separate_projections
+from pygpt.storage.compat import stack_separate_projections
 from pygpt.config import ModelConfig
 from pygpt.kernels import KERNELS
 from pygpt.families import build
 from pygpt.nn import MultiHeadAttention
 from pygpt.nn.fused_linear import FusedLinear, weight_blocks
-from pygpt.run_files import WEIGHTS
+from pygpt.storage.run_files import WEIGHTS
 
 TOL = dict(atol=1e-6, rtol=1e-5)  # float32, the same weights: only the matmuls' rounding differs
 
@@ -262,8 +262,8 @@ def test_a_run_saved_before_the_fusion_resumes_exactly(trained, tmp_path, text_f
     from safetensors.torch import save_file
 
     from helpers import TINY_MODEL, tiny_train_cfg
-    from pygpt.run_files import TRAIN_STATE
-    from pygpt.compat import stack_fused_states
+    from pygpt.storage.run_files import TRAIN_STATE
+    from pygpt.storage.compat import stack_fused_states
     from pygpt.training import make_optimizer, train
 
     fused, old = tmp_path / "fused", tmp_path / "old"

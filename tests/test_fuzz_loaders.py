@@ -13,10 +13,10 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from pygpt import checkpoint  # noqa: E402
+from pygpt.storage import checkpoint  # noqa: E402
 from pygpt.config import ModelConfig  # noqa: E402
-from pygpt.config_fields import to_dict  # noqa: E402
-from pygpt.io import recover_folder  # noqa: E402
+from pygpt.config.fields import to_dict  # noqa: E402
+from pygpt.storage.atomic import recover_folder  # noqa: E402
 from pygpt.models import GPT  # noqa: E402
 from pygpt.tokenizer import (BPETokenizer, CharTokenizer, WordPieceTokenizer,  # noqa: E402
                              load_tokenizer)

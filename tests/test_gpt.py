@@ -13,7 +13,7 @@ import torch
 from helpers import ARCHS, TINY, V, close, make_model, rand_tokens, twin
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.positions import RELATIVE_ENCODINGS
-from pygpt.presets import preset
+from pygpt.config.presets import preset
 from pygpt.data.text import LMBatch
 from pygpt.kernels import KERNELS
 from pygpt.families import build

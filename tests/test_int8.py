@@ -14,9 +14,9 @@ import pytest
 import pygpt.export
 from helpers import RUNNER_COMMAND
 from mt_helpers import reverser, tokenizer, words
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.onnx.int8 import Int8Settings, node_part, quantize_int8
-from pygpt_runtime import onnx_translate, run_onnx
+from pygpt_runtime import onnx_seq2seq, run_onnx
 from pygpt_runtime.onnx_bert import OnnxBERT
 from pygpt_runtime.onnx_search import Search
 from test_export_bert import classifier, mlm  # noqa: F401  (the tiny BERT exports)
@@ -135,7 +135,7 @@ def test_every_family_stays_close_to_fp32(settings, gpt, mlm, classifier, transl
             ids = np.array([models[0].tokenizer.encode("ROMEO:\nWhat")[:8]])  # the context
             _close(*(m.step(ids, m.empty_past(1))[0] for m in models))
         elif name == "translator":
-            models = [onnx_translate.OnnxSeq2Seq(str(out), v) for v in ("fp32", "int8")]
+            models = [onnx_seq2seq.OnnxSeq2Seq(str(out), v) for v in ("fp32", "int8")]
             texts = words(20, seed=3)
             same = [a == b for a, b in zip(*(m.translate(texts, Search()) for m in models))]
             assert sum(same) >= 0.8 * len(texts)

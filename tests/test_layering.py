@@ -16,11 +16,10 @@ PACKAGE = REPO / "pygpt"
 
 # Lowest first. A module belongs to the first layer with a prefix that names it or its package.
 LAYERS = [
-    ["pygpt._build_info", "pygpt.commit_marker", "pygpt.io", "pygpt.serializers",
-     "pygpt.run_files", "pygpt.positions", "pygpt.config_fields", "pygpt.config",
-     "pygpt.presets", "pygpt.cli", "pygpt.cpu_isa"],
-    ["pygpt.tokenizer", "pygpt.tokenizer_training", "pygpt.data", "pygpt.ops", "pygpt.plot",
-     "pygpt.tasks.bleu"],
+    ["pygpt._build_info", "pygpt.storage.commit_marker", "pygpt.storage.atomic",
+     "pygpt.storage.serializers", "pygpt.storage.run_files", "pygpt.positions", "pygpt.config",
+     "pygpt.cpu_isa"],
+    ["pygpt.tokenizer", "pygpt.data", "pygpt.ops", "pygpt.plot", "pygpt.tasks.bleu"],
     ["pygpt.kernels"],
     ["pygpt.nn"],
     ["pygpt.decoding"],
@@ -30,14 +29,12 @@ LAYERS = [
     ["pygpt.onnx.int8", "pygpt.onnx.graph"],  # int8 quantization; the graphs' common parts
     ["pygpt.onnx"],  # each family's graphs
     ["pygpt.families"],
-    ["pygpt.compat", "pygpt.train_state", "pygpt.checkpoint"],
+    ["pygpt.storage"],  # checkpoints: saving, loading, older formats, the --resume state
     ["pygpt.training", "pygpt.pruning"],
     ["pygpt.export", "pygpt.hf"],
     ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",
      "pygpt.translate", "pygpt.attention", "pygpt.convert", "pygpt.serve", "pygpt.prune",
-     "pygpt.serve_checkpoint", "pygpt.serve_gpt_worker", "pygpt.serve_torch_tasks",
-     "pygpt.serve_attention",
-     "pygpt"],  # command lines, and the package's pygpt.load
+     "pygpt"],  # command lines (the server's package), and the package's pygpt.load
 ]
 MAX_LINES = 300
 
@@ -142,7 +139,7 @@ def test_the_checks_see_what_they_look_for():
     cycle = find_cycle(graph)
     assert "pygpt.nn.block" in cycle and "pygpt.models.gpt" in cycle, cycle
     # pygpt.load imports the checkpoint module inside the function: still an edge.
-    assert "pygpt.checkpoint" in GRAPH["pygpt"]
+    assert "pygpt.storage.checkpoint" in GRAPH["pygpt"]
 
 
 # --- the registry is the only list of ops ---------------------------------------------------

@@ -1,7 +1,7 @@
 """Long inputs cost time and memory in proportion to what is used of them: a tokenizer learns
-from a text with one huge word in linear time (pygpt.tokenizer_training), a translator reads
+from a text with one huge word in linear time (pygpt.tokenizer.training), a translator reads
 of a huge line only what its encoder's positions can hold (pygpt.decoding.translate_texts,
-pygpt_runtime.onnx_translate), and streaming decode of a byte-level BPE that emits bytes that are
+pygpt_runtime.onnx_seq2seq), and streaming decode of a byte-level BPE that emits bytes that are
 not UTF-8 stays linear and gives its text as it comes (pygpt_runtime.onnx_text.decode_stream)."""
 import random
 import subprocess
@@ -11,11 +11,11 @@ from collections import Counter
 
 import pytest
 
-from pygpt import tokenizer_training
+from pygpt.tokenizer import training as tokenizer_training
 from pygpt.data.text import SHIPPED_TEXT
 from pygpt.tokenizer import BPETokenizer, WordPieceTokenizer
 from pygpt_runtime.onnx_text import decode_stream
-from pygpt.tokenizer_training import MAX_TRAINING_WORD
+from pygpt.tokenizer.training import MAX_TRAINING_WORD
 
 
 def huge_word(n: int) -> str:
@@ -123,7 +123,7 @@ def test_a_huge_line_is_cut_before_it_is_tokenized(monkeypatch):
     from mt_helpers import CFG, reverser, tokenizer
     from pygpt.decoding.beam_search import Search
     from pygpt.decoding.translate_texts import translate_texts
-    from pygpt_runtime.onnx_translate import CHARS_PER_POSITION
+    from pygpt_runtime.onnx_seq2seq import CHARS_PER_POSITION
 
     tok, model = tokenizer(), reverser(steps=5)
     handed: list[int] = []
@@ -138,7 +138,7 @@ def test_a_huge_line_is_cut_before_it_is_tokenized(monkeypatch):
 
 
 def test_the_runner_cuts_a_huge_line_before_it_is_tokenized():
-    from pygpt_runtime.onnx_translate import CHARS_PER_POSITION, OnnxSeq2Seq
+    from pygpt_runtime.onnx_seq2seq import CHARS_PER_POSITION, OnnxSeq2Seq
 
     class Recording:
         handed: list[int] = []
@@ -173,7 +173,7 @@ def peak_rss_mib(*argv: str) -> float:
 
 def test_a_20_mb_line_is_translated_in_bounded_memory(tmp_path):
     from mt_helpers import reverser, tokenizer
-    from pygpt import checkpoint
+    from pygpt.storage import checkpoint
     import pygpt.export
 
     ckpt, export = tmp_path / "mt", tmp_path / "onnx"

@@ -15,7 +15,7 @@ import pygpt
 import pygpt.export
 import pygpt.train
 from helpers import TINY_FLAGS, metrics, snapshot, train_cli
-from pygpt.run_files import CONFIG, METRICS, RUNNER_CONFIG, TOKENIZER, WEIGHTS
+from pygpt.storage.run_files import CONFIG, METRICS, RUNNER_CONFIG, TOKENIZER, WEIGHTS
 
 FLAGS = TINY_FLAGS + ["--threads", "1"]
 

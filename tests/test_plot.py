@@ -14,7 +14,7 @@ import pytest
 
 import pygpt.plot
 from pygpt.plot import DPI, FIGSIZE, main, plot_runs, read_metrics
-from pygpt.run_files import LOSS_PLOT, METRICS
+from pygpt.storage.run_files import LOSS_PLOT, METRICS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 REPO = Path(__file__).resolve().parents[1]

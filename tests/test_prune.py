@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from helpers import TINY, close, rand_tokens, spread_, state_dicts_equal
-from pygpt.config_fields import config_from_dict
+from pygpt.config.fields import config_from_dict
 from pygpt.config import ModelConfig
-from pygpt.config_fields import to_dict
+from pygpt.config.fields import to_dict
 from pygpt.families import build
 from pygpt.decoding.sampling import Sampling
 from pygpt.pruning import (choose, choose_globally, importance, masked, ones_masks,

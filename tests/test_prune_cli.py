@@ -24,9 +24,9 @@ import pygpt.prune
 import pygpt.train
 import pygpt.translate
 from helpers import RUNNER_COMMAND, TINY, metrics, state_dicts_equal, torch_free_env
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.families import build
-from pygpt.run_files import CONFIG, WEIGHTS
+from pygpt.storage.run_files import CONFIG, WEIGHTS
 from pygpt.tokenizer import CharTokenizer
 from test_classify import files  # noqa: F401  (the zebra task's labelled files, a fixture)
 from test_translation_train import _pairs, data  # noqa: F401  (a fixture: sentence pairs)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from helpers import TINY, close, make_model, rand_tokens, twin
 from pygpt.config import ModelConfig
-from pygpt.config_fields import config_from_dict, to_dict
+from pygpt.config.fields import config_from_dict, to_dict
 from pygpt.decoding.sampling import Sampling
 from pygpt.kernels import KERNELS, KernelModule
 from pygpt.nn import MLP, Rotary

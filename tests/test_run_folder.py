@@ -16,7 +16,7 @@ import pytest
 import pygpt.train
 import pygpt.training.run_folder as run_folder
 from helpers import TINY_FLAGS, metrics, snapshot, train_cli
-from pygpt.run_files import CONFIG, METRICS, WEIGHTS
+from pygpt.storage.run_files import CONFIG, METRICS, WEIGHTS
 from pygpt.training.run_folder import LOCK, RunFolder
 
 FLAGS = TINY_FLAGS + ["--threads", "1"]

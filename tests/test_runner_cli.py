@@ -17,7 +17,7 @@ from helpers import RUNNER_COMMAND
 import pygpt.generate
 from pygpt import export as exporter
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.run_files import ONNX_FP32, RUNNER_CONFIG, TOKENIZER
+from pygpt.storage.run_files import ONNX_FP32, RUNNER_CONFIG, TOKENIZER
 from pygpt.training import train
 from pygpt_runtime import run_onnx
 

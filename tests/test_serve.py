@@ -291,8 +291,8 @@ def test_sigterm_stops_the_server_cleanly(export_dir, tmp_path):
 
 
 def _decode_together(model, prompts, max_tokens, seed):
-    """The texts of the prompts decoded by one serve_batcher.Batcher, submitted together."""
-    from pygpt_runtime.serve_batcher import Batcher, Generation
+    """The texts of the prompts decoded by one pygpt_runtime.serve.batcher.Batcher, submitted together."""
+    from pygpt_runtime.serve.batcher import Batcher, Generation
 
     texts, done = [""] * len(prompts), threading.Semaphore(0)
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import pygpt
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.families import build
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.decoding.sampling import Sampling

@@ -15,7 +15,7 @@ import pygpt.classify
 import pygpt.fill_mask
 import pygpt.train
 import pygpt.translate
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.classify import classify_texts, load_classifier
 from pygpt.fill_mask import fill_mask
 from pygpt.inspect.attention_maps import attention_maps

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.config_fields import to_dict
+from pygpt.config.fields import to_dict
 from pygpt.data.labelled import read_labelled
 from pygpt.onnx.graph import write_export
 from pygpt.train import build_parser, configs_from_args

@@ -15,7 +15,7 @@ import pytest
 import pygpt.train
 from helpers import TINY_FLAGS, metrics
 from pygpt.data.text import TokenSplits
-from pygpt.run_files import CONFIG, METRICS, WEIGHTS
+from pygpt.storage.run_files import CONFIG, METRICS, WEIGHTS
 from pygpt.training.run_folder import LOCK
 
 FLAGS = TINY_FLAGS[:TINY_FLAGS.index("--max-iters")] + [

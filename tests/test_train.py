@@ -16,7 +16,7 @@ import pygpt
 import pygpt.train
 from helpers import TINY_FLAGS, TINY_MODEL, metrics, state_dicts_equal, tiny_train_cfg
 from pygpt.data.text import TokenSplits, read_text
-from pygpt.run_files import CONFIG, METRICS, TRAIN_STATE, WEIGHTS
+from pygpt.storage.run_files import CONFIG, METRICS, TRAIN_STATE, WEIGHTS
 from pygpt.training import train
 
 
@@ -148,7 +148,7 @@ def test_training_is_reproducible(text_file, tmp_path):
 
 
 def test_sgd_seed_preset_trains(text_file, tmp_path):
-    from pygpt.presets import preset
+    from pygpt.config.presets import preset
 
     p = preset("seed")
     cfg = dataclasses.replace(p.train, data=str(text_file), out=str(tmp_path / "seed"),

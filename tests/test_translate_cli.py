@@ -1,5 +1,5 @@
 """python -m pygpt.translate (in-process main calls) on a tiny seq2seq saved with
-pygpt.checkpoint.save: the translation of --text and of a --file (batched longest first, any
+pygpt.storage.checkpoint.save: the translation of --text and of a --file (batched longest first, any
 batch size) must be what translation_search.translate gives each sentence alone; --ref prints
 sacreBLEU's figures; bad requests end in a one-line error. And pygpt.tasks.bleu against sacreBLEU."""
 import pytest
@@ -7,7 +7,7 @@ import sacrebleu
 import torch
 
 from mt_helpers import CFG, reverser, tokenizer
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.tasks.bleu import score
 from pygpt.config import ModelConfig
 from pygpt.families import build

@@ -1,4 +1,4 @@
-"""The translator's training task (pygpt.tasks.translation.Translation): batches drawn
+"""The translator's training task (pygpt.tasks.seq2seq.Translation): batches drawn
 as a function of the generator's state within the token budget, the validation pass over every
 pair, the metrics against a direct computation, and one optimizer step of the seq2seq model on
 its batches through the loop's train_step; validation BLEU against greedy decoding, sentence by
@@ -15,7 +15,7 @@ from pygpt.families import build, family
 from pygpt.data.parallel import ParallelCorpus
 from pygpt.tokenizer import SEQ2SEQ_SPECIALS, CharTokenizer
 from pygpt.training.step import train_step
-from pygpt.tasks.translation import Translation
+from pygpt.tasks.seq2seq import Translation
 from pygpt.decoding.beam_search import Search, translate
 
 WORDS = ["ab", "abc", "b", "cab", "ccba", "bacab", "a"]

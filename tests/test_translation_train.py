@@ -16,12 +16,12 @@ import torch
 from safetensors.torch import load_file
 
 from pygpt import translate
-from pygpt.checkpoint import load
+from pygpt.storage.checkpoint import load
 from pygpt.config import TrainConfig
 from pygpt.training.optim import lr_at
 from pygpt.tokenizer import SEQ2SEQ_SPECIALS
 from pygpt.train import main
-from pygpt.tasks.translation import held_out
+from pygpt.tasks.seq2seq import held_out
 
 LETTERS = "abcdefgh"
 TINY = ["--arch", "seq2seq", "--tokenizer", "char", "--n-layer", "1", "--n-embd", "32",

@@ -4,8 +4,8 @@ no pygpt), the deployment side of `python -m pygpt.export`.
     pygpt-run --model out/onnx/ --prompt "ROMEO:"       # also: python -m pygpt_runtime ...
 
 run_onnx.py generates (gpt) and fills masks or classifies (bert, onnx_bert.py);
-onnx_translate.py translates (seq2seq, with onnx_search.py's beam search); onnx_text.py opens an
+onnx_seq2seq.py translates (seq2seq, with onnx_search.py's beam search); onnx_text.py opens an
 export folder and its tokenizer and runs its graphs; runner_config.py reads and checks its
 runner.json; cli_checks.py holds the command-line rules; command.py picks the runner by the
-family an export's runner.json names.
+family an export's runner.json names; serve/ is the HTTP server (pygpt-serve).
 """

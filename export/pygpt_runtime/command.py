@@ -1,6 +1,6 @@
 """The pygpt-run command (`python -m pygpt_runtime`): one entry for every exported family. It
 reads the --model folder's runner.json and hands the whole command line to the translator's
-runner (onnx_translate.py) for a seq2seq export, to run_onnx.py (gpt, bert) otherwise, which
+runner (onnx_seq2seq.py) for a seq2seq export, to run_onnx.py (gpt, bert) otherwise, which
 also reports a missing or damaged export."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from pygpt_runtime import onnx_translate, run_onnx
+from pygpt_runtime import onnx_seq2seq, run_onnx
 from pygpt_runtime.runner_config import read_config
 
 TRANSLATOR_FAMILY = "seq2seq"  # runner.json's "family" of an exported encoder-decoder
@@ -29,6 +29,6 @@ def export_family(argv: Optional[list[str]]) -> Optional[str]:
 
 def main(argv: Optional[list[str]] = None) -> None:
     if export_family(argv) == TRANSLATOR_FAMILY:
-        onnx_translate.main(argv)
+        onnx_seq2seq.main(argv)
     else:
         run_onnx.main(argv)

@@ -1,6 +1,6 @@
 """Greedy decoding and beam search for an encoder-decoder, batched over sentences: the rules, once
 for both sides (pygpt.decoding.beam_search on torch tensors, and the numpy rows here for an ONNX
-export run by onnx_translate.py), so that a translation here is the one python -m
+export run by onnx_seq2seq.py), so that a translation here is the one python -m
 pygpt.translate gives, token for token. Nothing here imports torch or pygpt.
 
 A sentence's output stops at [EOS] (not included) or after its maximum length: src_len +
@@ -16,7 +16,7 @@ total log-probability; larger alphas favour longer output). Beam 1 is greedy dec
 
 The rules (decode_greedy, decode_beams) keep their books in lists and leave the arrays to a
 side's DecodingRows: the model's step, choosing rows, and the best tokens (argmax, top-k). The
-numpy rows here run the ONNX model (OnnxSeq2Seq in onnx_translate.py), which gives
+numpy rows here run the ONNX model (OnnxSeq2Seq in onnx_seq2seq.py), which gives
 `encode(src, mask)`, `first_step(ids, hidden, mask)` -> (logits, decoder past, encoder past)
 and `next_step(ids, mask, decoder past, encoder past)` -> (logits, decoder past).
 """

@@ -6,7 +6,7 @@ fill masks or classify (bert; see onnx_bert.py), by the family its runner.json n
     pygpt-run --model bert/onnx/ --text "To be, or not to [MASK]" --top-k 5
     pygpt-run --model cls/onnx/ --text "a cat" [--text-pair "a dog"]
 
-(pygpt-run is `python -m pygpt_runtime`; it runs a translator's export with onnx_translate.py's
+(pygpt-run is `python -m pygpt_runtime`; it runs a translator's export with onnx_seq2seq.py's
 flags.) This package is the deployment side: `pip install export/` on a machine without torch or
 pygpt, and copy the export folder there. Fill-mask and classify print what
 python -m pygpt.fill_mask / pygpt.classify --text print. For a gpt it mirrors pygpt's generator:

@@ -9,7 +9,7 @@ import reprlib
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-RUNNER_CONFIG = "runner.json"  # the export's config (pygpt.run_files names it; no pygpt here)
+RUNNER_CONFIG = "runner.json"  # the export's config (named in pygpt.storage.run_files; no pygpt)
 FAMILIES = ("gpt", "bert", "seq2seq")
 TRANSLATOR_PARTS = ("encoder", "decoder", "decoder_with_past")
 # A GPT graph of format 2 takes these besides input_ids and the past (right-padded rows of

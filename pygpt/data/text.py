@@ -20,7 +20,7 @@ from typing import Iterator, NamedTuple, Optional, Union
 import numpy as np
 import torch
 
-from pygpt.io import atomic_write, atomic_write_text
+from pygpt.storage.atomic import atomic_write, atomic_write_text
 
 SHIPPED_TEXT = Path(__file__).resolve().parent.parent / "corpus" / "tinyshakespeare.txt"
 CHUNK_BYTES = 1 << 20

@@ -8,7 +8,7 @@ from pygpt.config import ARCHS, ModelConfig
 from pygpt.families.base import Family
 from pygpt.families.bert import BERT_FAMILY
 from pygpt.families.gpt import GPT_FAMILY
-from pygpt.families.translator import TRANSLATOR_FAMILY
+from pygpt.families.seq2seq import TRANSLATOR_FAMILY
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (GPT_FAMILY, BERT_FAMILY, TRANSLATOR_FAMILY)}
 assert tuple(FAMILIES) == ARCHS, "pygpt.config.ARCHS names these families"

@@ -32,7 +32,7 @@ class Family:
 
     name: str  # the config's `arch`
     model: type[nn.Module]
-    default_preset: str  # pygpt.presets' name of the run a bare --arch starts from
+    default_preset: str  # pygpt.config.presets' name of the run a bare --arch starts from
     tasks: tuple[str, ...] = ("pretrain",)  # the values of --task it trains for
     specials: Specials = False  # the special tokens its tokenizer learns (pygpt.tokenizer)
 

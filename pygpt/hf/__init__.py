@@ -4,11 +4,11 @@ folder `transformers` loads (export_run). Each family's correspondence of settin
 is its own module (gpt2, bert), the tokenizers are tokenizer_files, and the rules of reading a
 folder from elsewhere are folder.
 
-An import writes a normal checkpoint (pygpt.checkpoint.save, step 0, no training state) into a
+An import writes a normal checkpoint (pygpt.storage.checkpoint.save, step 0, no training state) into a
 run folder that is new, empty, or (overwrite) an earlier pygpt run's, locked while it writes, as
 `pygpt.train --out` treats its own. An export writes config.json, model.safetensors (the tensors
 of the target class only, tied ones once, as `save_pretrained` does) and the tokenizer's files
-as one change of a new or empty folder (pygpt.io.FolderWrite: a staging folder, then the files
+as one change of a new or empty folder (pygpt.storage.atomic.FolderWrite: a staging folder, then the files
 moved into place), so a failed export leaves no partial folder that `transformers` would load."""
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ from typing import Union
 import torch
 from safetensors.torch import save_file
 
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.families import build
 from pygpt.hf import bert, gpt2
 from pygpt.hf.folder import CONFIG, WEIGHTS, WeightsFile, read_config
 from pygpt.hf.mapping import Layout
 from pygpt.hf.tokenizer_files import export_files, read_tokenizer
-from pygpt.io import FolderWrite, is_leftover
+from pygpt.storage.atomic import FolderWrite, is_leftover
 from pygpt.training.run_folder import LOCK, RUN_FILES, RunFolder
 
 FAMILIES: dict[str, ModuleType] = {gpt2.MODEL_TYPE: gpt2, bert.MODEL_TYPE: bert}

@@ -5,7 +5,7 @@ they stand apart from weights near 0. One layer's heads make a near-square grid;
 take a row each.
 
 Built with matplotlib's object-oriented API on the Agg canvas, never pyplot (as pygpt.plot), and
-written atomically (pygpt.io.atomic_write)."""
+written atomically (pygpt.storage.atomic.atomic_write)."""
 from __future__ import annotations
 
 import math

@@ -6,7 +6,7 @@ position. The attention itself is the kernel set's.
 The input projections are fused (pygpt.nn.fused_linear): self-attention computes Q, K and V with
 one matmul (`qkv`, W_Q, W_K and W_V stacked by rows), cross-attention K and V with one (`kv`) and
 Q from the decoder's side on its own (`q`). Weights saved with separate `q`, `k`, `v` are
-stacked into the fused ones by pygpt.compat before they load."""
+stacked into the fused ones by pygpt.storage.compat before they load."""
 from __future__ import annotations
 
 from typing import Optional

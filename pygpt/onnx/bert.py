@@ -20,7 +20,7 @@ import torch
 from pygpt.models import BERT
 from pygpt.onnx.graph import models_entry, to_onnx, write_export
 from pygpt.onnx.int8 import Int8Settings
-from pygpt.run_files import ONNX_FP32
+from pygpt.storage.run_files import ONNX_FP32
 from pygpt.tokenizer import require_specials
 
 INPUTS = ["input_ids", "attention_mask", "token_type_ids"]

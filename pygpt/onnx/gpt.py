@@ -31,7 +31,7 @@ from pygpt.models import GPT
 from pygpt.onnx.graph import models_entry, to_onnx, write_export
 from pygpt.onnx.int8 import Int8Settings
 from pygpt.onnx.padded_past import PaddedPast
-from pygpt.run_files import ONNX_FP32
+from pygpt.storage.run_files import ONNX_FP32
 
 Past = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (keys, values)
 

@@ -3,7 +3,7 @@ translations to standard ONNX ops (each op's own, in pygpt.ops: attention into M
 with its mask built in the graph, layer norm into LayerNormalization, the fused bias + GELU and
 add + layer norm into their parts), so a graph runs in stock onnxruntime with no custom-op
 library; the dynamo export call; and writing an export folder as a
-whole (pygpt.io.FolderWrite, runner.json the index: removed first and moved in last), with the
+whole (pygpt.storage.atomic.FolderWrite, runner.json the index: removed first and moved in last), with the
 int8 copies of its graphs (pygpt.onnx.int8) when asked, so a failed or killed export leaves the
 previous export or the new one, never a mix."""
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from pygpt.io import FolderWrite, read_committed
+from pygpt.storage.atomic import FolderWrite, read_committed
 from pygpt.onnx.int8 import Int8Settings, quantize_int8
 from pygpt.ops.onnx_opset import OPSET
 from pygpt.ops.registry import OPS
-from pygpt.run_files import RUNNER_CONFIG, TOKENIZER
+from pygpt.storage.run_files import RUNNER_CONFIG, TOKENIZER
 from pygpt_runtime.runner_config import export_files, read_config
 
 # Each op's translation to standard ONNX ops, from its home in pygpt.ops (see pygpt.ops.registry).

@@ -1,5 +1,5 @@
 """An encoder-decoder (arch seq2seq) checkpoint to ONNX, in the layout and names Optimum and
-onnxruntime use for encoder-decoders: three graphs, run by pygpt_runtime.onnx_translate.
+onnxruntime use for encoder-decoders: three graphs, run by pygpt_runtime.onnx_seq2seq.
 
 - encoder_model.onnx: `input_ids`, `attention_mask` (batch, src) int64 (1 on real tokens, right
   padding) -> `last_hidden_state` (batch, src, n_embd).

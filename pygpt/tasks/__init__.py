@@ -10,7 +10,7 @@ looks inside either.
   accuracy.
 - Classification (BERT fine-tuning): labelled texts (pygpt.data.labelled); reports loss,
   accuracy and macro-F1, on the whole validation set every time.
-- Translation (seq2seq; pygpt.tasks.translation): sentence pairs in token-budget
+- Translation (seq2seq; pygpt.tasks.seq2seq): sentence pairs in token-budget
   batches (`by_tokens`: ranks draw their own batches instead of slicing one by rows), and
   validation BLEU from its `model_metrics`.
 

@@ -15,7 +15,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor, nn
 
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.families import Family
 from pygpt.nn.distill_loss import distill_loss

@@ -24,12 +24,12 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from pygpt import checkpoint
-from pygpt.compat import stack_fused_states
+from pygpt.storage import checkpoint
+from pygpt.storage.compat import stack_fused_states
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.families import Family, family
 from pygpt.plot import plot_runs
-from pygpt.run_files import LOSS_PLOT, METRICS
+from pygpt.storage.run_files import LOSS_PLOT, METRICS
 from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, WordPieceTokenizer
 from pygpt.training.distill import Distillation, check_teacher, load_teacher
 from pygpt.training.distributed import Distributed

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from pygpt.io import atomic_write_text
-from pygpt.run_files import METRICS
+from pygpt.storage.atomic import atomic_write_text
+from pygpt.storage.run_files import METRICS
 
 
 def append_metrics(out: Path, record: dict[str, Any]) -> None:

@@ -7,20 +7,20 @@ holding the owner's pid, host and what it is (a training run, an export), so a s
 export into the same folder is refused with a message naming them. A lock file whose lock nobody holds is stale (its run died without
 cleaning up; its pid is no longer running) and is taken over. Taking the lock is also the proof
 that the folder is writable, found before training starts rather than at the first save. Once
-locked, what a killed save left is recovered (pygpt.io.recover_folder: a committed save completed,
+locked, what a killed save left is recovered (pygpt.storage.atomic.recover_folder: a committed save completed,
 an uncommitted one and temporary files discarded), so the folder holds whole files only.
 
 A folder may come from elsewhere: a LOCK or run file that is a symbolic link is refused (pygpt
 never writes through one). And a folder removed or replaced while its run goes on (its LOCK no
-longer the one locked) stops the run at its next write there (pygpt.io.guard) with one line,
+longer the one locked) stops the run at its next write there (pygpt.storage.atomic.guard) with one line,
 rather than recreating it without a lock and letting a second run in.
 
 A new run goes only into an empty folder, or with --overwrite into one holding an earlier pygpt
-run, recognised by its config.json (a pygpt checkpoint config, as pygpt.checkpoint.read_config
+run, recognised by its config.json (a pygpt checkpoint config, as pygpt.storage.checkpoint.read_config
 reads it; a folder with an export's runner.json is an export, not a run). Anything else (an
 export, another library's model, a stranger's files) is refused by name, whatever it holds: files
 are never taken for a run's by their names alone. The earlier run's files (RUN_FILES, named in
-pygpt.run_files) go only with the new run's first save, in its commit (pygpt.checkpoint.save's
+pygpt.storage.run_files) go only with the new run's first save, in its commit (pygpt.storage.checkpoint.save's
 `remove`), so a run that fails before it leaves the earlier run whole; any other file stays.
 """
 from __future__ import annotations
@@ -34,11 +34,11 @@ import sys
 from pathlib import Path
 from typing import Any, Union
 
-from pygpt import checkpoint
+from pygpt.storage import checkpoint
 from pygpt.config import ModelConfig
-from pygpt.config_fields import config_from_dict
-from pygpt.io import guard, recover_folder, unguard
-from pygpt.run_files import (CONFIG, LABELS, LOSS_PLOT, METRICS, RUNNER_CONFIG, TOKENIZER,
+from pygpt.config.fields import config_from_dict
+from pygpt.storage.atomic import guard, recover_folder, unguard
+from pygpt.storage.run_files import (CONFIG, LABELS, LOSS_PLOT, METRICS, RUNNER_CONFIG, TOKENIZER,
                              TRAIN_STATE, WEIGHTS)
 
 LOCK = ".pygpt-train.lock"

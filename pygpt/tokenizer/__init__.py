@@ -25,8 +25,8 @@ import json
 from pathlib import Path
 from typing import Sequence, Union
 
-from pygpt.io import atomic_write_text
-from pygpt.tokenizer_training import TextOrChunks, text_chunks, train_bpe, train_wordpiece
+from pygpt.storage.atomic import atomic_write_text
+from pygpt.tokenizer.training import TextOrChunks, text_chunks, train_bpe, train_wordpiece
 from pygpt_runtime.onnx_text import SpecialsEncoding, byte_level_bytes
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -180,7 +180,7 @@ class WordPieceTokenizer(_HFTokenizer):
         numbers the "##" forms in a per-process hash map's order, and ties between merges go by
         id: huggingface/tokenizers#1794) and learns from the words counted here. Both kinds learn
         from a word of over MAX_TRAINING_WORD characters as from its pieces of that length
-        (pygpt.tokenizer_training)."""
+        (pygpt.tokenizer.training)."""
         return cls(train_wordpiece(text, vocab_size, lowercase, SPECIAL_TOKENS))
 
 

@@ -1,7 +1,7 @@
 """torch's and safetensors' file writers, with the OS's refusal to write kept an OSError.
 
 A save the OS refuses (no space left, a read-only disk, a quota) is one line naming the folder
-and the reason, with the folder's previous contents intact (pygpt.io.FolderWrite): that needs
+and the reason, with the folder's previous contents intact (pygpt.storage.atomic.FolderWrite): that needs
 the refusal to arrive as the OSError it is. Both serializers hide it: torch.save reports a
 failed write as a RuntimeError ("unexpected pos ..."), even when it writes to a Python file
 object, and safetensors as a SafetensorError whose message ends in "(os error 28)"."""

@@ -85,7 +85,7 @@ def main(argv: Optional[list[str]] = None, checkpoints: Optional[Checkpoints] = 
             try:
                 import uvicorn
 
-                from pygpt_runtime.serve_app import Limits, Served, create_app
+                from pygpt_runtime.serve.app import Limits, Served, create_app
             except ImportError as e:
                 raise ImportError(f"the server needs FastAPI and uvicorn ({e}): pip install "
                                   "'pygpt-runtime[serve]'") from None

@@ -1,6 +1,6 @@
 """The BERT and translator models of `python -m pygpt.serve --ckpt`: a checkpoint's torch model
-behind the interface the export server's task routes call (pygpt_runtime.serve_tasks, written
-for onnx_bert.OnnxBERT and onnx_translate.OnnxSeq2Seq), computed by the functions of pygpt's
+behind the interface the export server's task routes call (pygpt_runtime.serve.tasks, written
+for onnx_bert.OnnxBERT and onnx_seq2seq.OnnxSeq2Seq), computed by the functions of pygpt's
 own command lines (pygpt.fill_mask.fill_mask, pygpt.classify.classify_texts,
 pygpt.decoding.translate_texts), so that each route answers what that command prints. Each call
 holds `lock`, which the attention route holds too (its hooks must see its own call only)."""

@@ -1,6 +1,6 @@
 """The server's application: the export it serves (Served: the runner's model of its family, its
-worker, the limits) and the FastAPI app over it: the family's routes (serve_completions.py,
-serve_tasks.py), GET /health, the playground page at / (the package's playground/ folder: plain
+worker, the limits) and the FastAPI app over it: the family's routes (completions.py,
+tasks.py), GET /health, the playground page at / (the package's playground/ folder: plain
 HTML and JavaScript, nothing fetched from elsewhere) and the OpenAPI schema at /openapi.json
 (browsable at /docs)."""
 from __future__ import annotations
@@ -19,13 +19,13 @@ from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from pygpt_runtime.cli_checks import utf8_text
 from pygpt_runtime.onnx_bert import OnnxBERT
-from pygpt_runtime.onnx_translate import OnnxSeq2Seq
+from pygpt_runtime.onnx_seq2seq import OnnxSeq2Seq
 from pygpt_runtime.run_onnx import OnnxGPT
 from pygpt_runtime.runner_config import read_config
-from pygpt_runtime.serve_batcher import Batcher
-from pygpt_runtime.serve_completions import router as gpt_router
-from pygpt_runtime.serve_errors import DeclaredBodyLimit, RequestError, add_handlers
-from pygpt_runtime.serve_tasks import TaskQueue, bert_router, translator_router
+from pygpt_runtime.serve.batcher import Batcher
+from pygpt_runtime.serve.completions import router as gpt_router
+from pygpt_runtime.serve.errors import DeclaredBodyLimit, RequestError, add_handlers
+from pygpt_runtime.serve.tasks import TaskQueue, bert_router, translator_router
 
 PLAYGROUND = "playground"  # the page's folder in the package
 MODELS = {"gpt": OnnxGPT, "bert": OnnxBERT, "seq2seq": OnnxSeq2Seq}
@@ -106,7 +106,7 @@ def create_app(served: Served) -> FastAPI:
     app.state.max_body_bytes = served.limits.max_body_bytes
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=served.limits.max_body_bytes)
     app.add_middleware(DeclaredBodyLimit, limit=served.limits.max_body_bytes)
-    page = resources.files("pygpt_runtime") / PLAYGROUND
+    page = resources.files("pygpt_runtime.serve") / PLAYGROUND
 
     @app.get("/health")
     def health() -> dict:

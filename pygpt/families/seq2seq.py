@@ -12,7 +12,7 @@ from pygpt.data.common import IGNORE_INDEX
 from pygpt.models import Seq2Seq
 from pygpt.nn.distill_loss import LogitRows
 from pygpt.tokenizer import SEQ2SEQ_SPECIALS
-from pygpt.tasks.translation import Translation, joint_text
+from pygpt.tasks.seq2seq import Translation, joint_text
 
 PARTNERS = dict(zip(TRANSLATION_FILES, ("tgt_data", "src_data", "val_tgt", "val_src")))
 

@@ -3,15 +3,15 @@ model.safetensors (the weights: plain tensors, safe to load from strangers) and,
 train_state.pt (optimizer, step, RNG states: tensors and numbers only, loaded with
 torch.load(weights_only=True), which never unpickles arbitrary objects).
 
-A save changes the folder as a whole (pygpt.io.FolderWrite): a kill at any moment leaves the
+A save changes the folder as a whole (pygpt.storage.atomic.FolderWrite): a kill at any moment leaves the
 previous checkpoint or the new one, never a mix. `recover(out)` finishes or discards a save that
 a kill cut short; `save` calls it first, and every reader here reads the committed files without
-writing (pygpt.io.read_committed). All three files record their step, so files of different
+writing (pygpt.storage.atomic.read_committed). All three files record their step, so files of different
 saves side by side (copied or edited by hand) are a clear error, never loaded together.
 
 The model is rebuilt from its config by pygpt.families.build (the config's `arch` picks the
 family). Weights of older layouts (format 1; attention before its projections were fused) are
-rewritten by pygpt.compat before they load."""
+rewritten by pygpt.storage.compat before they load."""
 from __future__ import annotations
 
 import json
@@ -24,19 +24,19 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from pygpt.compat import upgrade_config, upgrade_model, upgrade_weights
+from pygpt.storage.compat import upgrade_config, upgrade_model, upgrade_weights
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.config_fields import config_from_dict, to_dict
+from pygpt.config.fields import config_from_dict, to_dict
 from pygpt.data.labelled import check_label
-from pygpt.io import FolderWrite, read_committed, recover_folder
+from pygpt.storage.atomic import FolderWrite, read_committed, recover_folder
 from pygpt.families import build
-from pygpt.run_files import CONFIG, LABELS, TOKENIZER, TRAIN_STATE, WEIGHTS
-from pygpt.serializers import save_weights, torch_save
+from pygpt.storage.run_files import CONFIG, LABELS, TOKENIZER, TRAIN_STATE, WEIGHTS
+from pygpt.storage.serializers import save_weights, torch_save
 from pygpt.tokenizer import Tokenizer, load_tokenizer
-from pygpt.train_state import check_train_state, load_optimizer
+from pygpt.storage.train_state import check_train_state, load_optimizer
 
 FORMAT = 3
-READABLE_FORMATS = (1, 2, 3)  # older ones through pygpt.compat
+READABLE_FORMATS = (1, 2, 3)  # older ones through pygpt.storage.compat
 _READABLE = ", ".join(map(str, READABLE_FORMATS[:-1])) + f" or {READABLE_FORMATS[-1]}"
 _READS = 3  # reads of files that a save committed in between left from different saves
 

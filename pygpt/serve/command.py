@@ -1,19 +1,19 @@
 """`python -m pygpt.serve --model EXPORT_DIR`: the HTTP server of an ONNX export, the same as the
-torch-free runtime's `pygpt-serve` (pygpt_runtime.serve_command), which it runs without
+torch-free runtime's `pygpt-serve` (pygpt_runtime.serve.command), which it runs without
 importing torch; `python -m pygpt.serve --ckpt RUN` serves a checkpoint of any family on
-pygpt's torch model instead, with attention maps in the playground (pygpt.serve_checkpoint,
+pygpt's torch model instead, with attention maps in the playground (pygpt.serve.checkpoint,
 imported only then)."""
 from __future__ import annotations
 
 import argparse
 from typing import Any, Optional
 
-from pygpt_runtime import serve_command
+from pygpt_runtime.serve import command as serve_command
 
 
 def _open_checkpoint(args: argparse.Namespace, limits: Any) -> Any:
     try:
-        from pygpt.serve_checkpoint import open_checkpoint
+        from pygpt.serve.checkpoint import open_checkpoint
     except ImportError as e:
         raise ImportError(f"--ckpt needs PyTorch and pygpt's kernels ({e}); serve an export "
                           "with --model where they are missing") from None

@@ -1,4 +1,4 @@
-"""The commit marker of a folder change (pygpt.io.FolderWrite): the file COMMITTED in its staging
+"""The commit marker of a folder change (pygpt.storage.atomic.FolderWrite): the file COMMITTED in its staging
 folder, whose presence is the commit and whose lists name the files the change wrote (staged,
 to move into the folder), the one moved in last (the index) and those it removes.
 

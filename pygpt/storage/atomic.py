@@ -20,7 +20,7 @@ the previous contents whole, never a half-written file or a folder of mixed save
   locked (removed or replaced): its writer stops instead of writing into another folder.
 
 A folder may come from elsewhere, so nothing here follows a symbolic link where it writes, and
-recovery trusts no marker (pygpt.commit_marker.read_marker): a damaged one, or one naming
+recovery trusts no marker (pygpt.storage.commit_marker.read_marker): a damaged one, or one naming
 anything but plain names of the folder that its change staged, is refused with a ValueError
 before anything is touched, as is a staging folder that is a link.
 
@@ -47,7 +47,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Callable, Optional, Sequence, TypeVar, Union
 
-from pygpt.commit_marker import MARKER, is_plain_name, read_marker
+from pygpt.storage.commit_marker import MARKER, is_plain_name, read_marker
 
 KILL_ENV = "PYGPT_TEST_KILL_AT"
 STAGING = ".staging-"

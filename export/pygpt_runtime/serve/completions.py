@@ -1,6 +1,6 @@
 """The server's GPT routes, in OpenAI's shapes: POST /v1/completions (whole, or streamed as
 server-sent events ending in `data: [DONE]`) and GET /v1/models. A request's prompts become rows
-of the decode worker (serve_batcher.py); here their tokens' text is gathered, cut at the first
+of the decode worker (batcher.py); here their tokens' text is gathered, cut at the first
 stop sequence (text that may begin one is held back until it cannot), and counted."""
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from pygpt_runtime.serve_batcher import Batcher, Generation
-from pygpt_runtime.serve_errors import ModelError, RequestError
-from pygpt_runtime.serve_schemas import CompletionRequest
+from pygpt_runtime.serve.batcher import Batcher, Generation
+from pygpt_runtime.serve.errors import ModelError, RequestError
+from pygpt_runtime.serve.schemas import CompletionRequest
 
 
 class StopText:
@@ -122,7 +122,7 @@ def choice(index: int, text: str, finish_reason: Optional[str]) -> dict:
 
 
 def router(served) -> APIRouter:
-    """The routes over a served GPT (serve_app.Served: the model, its id, the worker, limits)."""
+    """The routes over a served GPT (app.Served: the model, its id, the worker, limits)."""
     routes = APIRouter()
 
     @routes.get("/v1/models")

@@ -1,13 +1,13 @@
 """`python -m pygpt.serve --ckpt RUN`: the HTTP server of a checkpoint of any family, on pygpt's
 own torch model, with the attention maps the torch-free server of an export cannot give.
 
-It is the export server (pygpt_runtime.serve_app: the same routes, limits, errors and
+It is the export server (pygpt_runtime.serve.app: the same routes, limits, errors and
 playground) over a CheckpointServed, whose model answers each route with pygpt's own code: a
-GPT's completions from its decoding (pygpt.serve_gpt_worker), a BERT's fill-mask or
+GPT's completions from its decoding (pygpt.serve.gpt_worker), a BERT's fill-mask or
 classification and a translator's translations from the functions of pygpt's commands
-(pygpt.serve_torch_tasks, on the export server's task worker: one request at a time, a bounded
+(pygpt.serve.torch_tasks, on the export server's task worker: one request at a time, a bounded
 queue); and POST /v1/attention gives pygpt.inspect.attention_maps' probabilities for a text
-(pygpt.serve_attention), which the playground draws. Only the --ckpt path imports torch
+(pygpt.serve.attention), which the playground draws. Only the --ckpt path imports torch
 (pygpt.serve stays torch-free for --model)."""
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ from typing import Optional
 import torch
 from fastapi import APIRouter
 
-from pygpt.checkpoint import load
+from pygpt.storage.checkpoint import load
 from pygpt.models import BERT, GPT
-from pygpt.serve_attention import ServedAttention, attention_router
-from pygpt.serve_gpt_worker import TorchWorker
-from pygpt.serve_torch_tasks import TorchBERT, TorchTranslator
-from pygpt_runtime.serve_app import Limits, Served
-from pygpt_runtime.serve_tasks import TaskQueue
+from pygpt.serve.attention import ServedAttention, attention_router
+from pygpt.serve.gpt_worker import TorchWorker
+from pygpt.serve.torch_tasks import TorchBERT, TorchTranslator
+from pygpt_runtime.serve.app import Limits, Served
+from pygpt_runtime.serve.tasks import TaskQueue
 
 
 class CheckpointServed(Served):
@@ -65,5 +65,5 @@ class CheckpointServed(Served):
 
 
 def open_checkpoint(args: argparse.Namespace, limits: Limits) -> CheckpointServed:
-    """pygpt_runtime.serve_command's hook for --ckpt."""
+    """pygpt_runtime.serve.command's hook for --ckpt."""
     return CheckpointServed(args.ckpt, limits, args.threads)

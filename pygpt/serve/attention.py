@@ -21,8 +21,8 @@ from torch import nn
 from pygpt.inspect.attention_maps import attention_maps, attention_parts
 from pygpt.models import BERT, Seq2Seq
 from pygpt.tokenizer import Tokenizer
-from pygpt_runtime.serve_errors import RequestError
-from pygpt_runtime.serve_schemas import AttentionRequest
+from pygpt_runtime.serve.errors import RequestError
+from pygpt_runtime.serve.schemas import AttentionRequest
 
 # The most tokens a text's (or a target's) maps may cover: layers * heads * T^2 numbers go out.
 MAX_ATTENTION_TOKENS = 128

@@ -1,6 +1,6 @@
 """The server's BERT and translator routes: POST /v1/fill-mask and /v1/classify (a BERT export,
 by its task), POST /v1/translate (a translator). Each request runs whole on one worker thread
-(TaskQueue) with the runner's own calls (onnx_bert.OnnxBERT, onnx_translate.OnnxSeq2Seq), so it
+(TaskQueue) with the runner's own calls (onnx_bert.OnnxBERT, onnx_seq2seq.OnnxSeq2Seq), so it
 answers what pygpt-run prints; the requests waiting for it are bounded (a full queue: 503)."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any, Callable
 from fastapi import APIRouter
 
 from pygpt_runtime.onnx_search import Search
-from pygpt_runtime.serve_batcher import Busy
-from pygpt_runtime.serve_errors import RequestError
-from pygpt_runtime.serve_schemas import ClassifyRequest, FillMaskRequest, TranslateRequest
+from pygpt_runtime.serve.batcher import Busy
+from pygpt_runtime.serve.errors import RequestError
+from pygpt_runtime.serve.schemas import ClassifyRequest, FillMaskRequest, TranslateRequest
 
 
 class TaskQueue:

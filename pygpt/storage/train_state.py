@@ -1,7 +1,7 @@
 """The training state a run saves for --resume (train_state.pt: optimizer, step, token count,
 RNG states), checked before anything of it is used: a file from elsewhere must hold the types
 resuming reads, and an optimizer state must fit the model's parameters, or it is a one-line
-error naming the file (pygpt.checkpoint.load_train_state reads it)."""
+error naming the file (pygpt.storage.checkpoint.load_train_state reads it)."""
 from __future__ import annotations
 
 from pathlib import Path

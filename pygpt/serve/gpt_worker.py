@@ -1,8 +1,8 @@
 """The decode worker of `python -m pygpt.serve --ckpt` over a GPT checkpoint: completions from
 pygpt's own decoding (`stream_batch`, each request's prompts as one batch, one request at a
 time on one worker thread; with a seed, row b draws what `python -m pygpt.generate --seed` draws
-for it), with the interface of the export server's batcher (pygpt_runtime.serve_batcher), so
-that the completion routes (pygpt_runtime.serve_completions) serve it unchanged."""
+for it), with the interface of the export server's batcher (pygpt_runtime.serve.batcher), so
+that the completion routes (pygpt_runtime.serve.completions) serve it unchanged."""
 from __future__ import annotations
 
 import threading
@@ -13,11 +13,11 @@ import torch
 from pygpt.decoding.sampling import Sampling
 from pygpt.models import GPT
 from pygpt_runtime.onnx_text import TextStream
-from pygpt_runtime.serve_batcher import Busy, Generation
+from pygpt_runtime.serve.batcher import Busy, Generation
 
 
 class TorchWorker:
-    """The decode worker over a torch GPT, with serve_batcher.Batcher's interface (submit,
+    """The decode worker over a torch GPT, with pygpt_runtime.serve.batcher.Batcher's interface (submit,
     close, active, waiting): one request at a time, its rows decoded together by the model's
     stream_batch; a queue of at most queue_size rows waits (more: Busy, a 503). Each step runs
     under `lock`, which the attention route holds too (its hooks must see its own call only)."""
