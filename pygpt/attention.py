@@ -20,11 +20,14 @@ from pygpt.storage.checkpoint import load
 from pygpt.config.flags import use_threads
 from pygpt.config import KERNEL_SETS
 from pygpt.inspect.attention_explain import check_short, explain
-from pygpt.inspect.attention_maps import TRANSLATOR_PARTS, AttentionMaps, attention_maps
+from pygpt.families import FAMILIES, attention_maps, family
+from pygpt.inspect.attention_maps import AttentionMaps
 from pygpt.inspect.attention_picture import draw_attention
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
 
 ALL_LAYERS = "all"
+# Every family's attention parts, in the order they run (--part's choices).
+PARTS = tuple(dict.fromkeys(p for f in FAMILIES.values() for p in f.attention_parts))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layer", default="0",
                    help=f"the layer to draw, from 0 (default 0), or {ALL_LAYERS!r}: every layer, "
                         "a row each")
-    p.add_argument("--part", default=None, choices=("self", *TRANSLATOR_PARTS),
+    p.add_argument("--part", default=None, choices=PARTS,
                    help="which attention: self (a GPT or BERT); encoder, decoder or cross (a "
                         "translator; default cross)")
     p.add_argument("--out", default="attention.png", help="the PNG to write (default: "
@@ -74,13 +77,13 @@ def main(argv: Optional[list[str]] = None) -> None:
         if args.explain and args.layer == ALL_LAYERS:
             raise ValueError("--explain works through one layer; give --layer a number")
         model, tokenizer = load(args.ckpt, kernels=args.kernels)
-        translator = model.config.arch == "seq2seq"
-        if args.target is not None and not translator:
+        fam = family(model.config.arch)
+        if args.target is not None and not fam.has_target:
             raise ValueError(f"--target is for a translator; {args.ckpt} holds a "
                              f"{model.config.arch} model")
-        part = args.part or ("cross" if translator else "self")
+        part = args.part or fam.default_attention_part
         maps = attention_maps(model, tokenizer, [args.text],
-                              [args.target] if translator else None)[0]
+                              [args.target] if fam.has_target else None)[0]
         layers = _layers(maps, part, args.layer)
         if args.explain:
             check_short(layers[0])

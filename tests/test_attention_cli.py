@@ -17,7 +17,7 @@ from pygpt.attention import main
 from pygpt.config import ModelConfig
 from pygpt.families import build
 from pygpt.inspect import attention_explain
-from pygpt.inspect.attention_maps import attention_maps
+from pygpt.families import attention_maps
 from pygpt.tokenizer import CharTokenizer
 
 LETTERS = "abcdefgh"

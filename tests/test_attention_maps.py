@@ -15,7 +15,7 @@ from pygpt.config import KERNEL_SETS, ModelConfig
 from pygpt.decoding.beam_search import Search
 from pygpt.decoding.translate_texts import translate_texts
 from pygpt.families import build
-from pygpt.inspect.attention_maps import attention_maps
+from pygpt.families import attention_maps
 from pygpt.inspect.attention_picture import draw_attention
 from pygpt.nn.position_bias import alibi_slopes
 from pygpt.tokenizer import CharTokenizer

@@ -18,7 +18,7 @@ from pygpt.storage import checkpoint
 from pygpt.families import build
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.decoding.sampling import Sampling
-from pygpt.inspect.attention_maps import attention_maps
+from pygpt.families import attention_maps
 from pygpt.tokenizer import CharTokenizer
 from pygpt.training import train
 from serve_helpers import Server, chromium

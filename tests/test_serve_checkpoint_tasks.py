@@ -18,7 +18,7 @@ import pygpt.translate
 from pygpt.storage import checkpoint
 from pygpt.classify import classify_texts, load_classifier
 from pygpt.fill_mask import fill_mask
-from pygpt.inspect.attention_maps import attention_maps
+from pygpt.families import attention_maps
 from mt_helpers import CFG as MT_CFG, reverser, tokenizer as mt_tokenizer
 from serve_helpers import Server, chromium
 from test_classify import run

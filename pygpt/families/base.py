@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
 from torch import Tensor, nn
 
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.data.text import read_chunks
+from pygpt.inspect.attention_maps import MapInputs, batch_rows, encode_text
 from pygpt.nn.distill_loss import LogitRows
 from pygpt.onnx.int8 import Int8Settings
 from pygpt.tokenizer import Specials, Tokenizer
@@ -35,6 +37,13 @@ class Family:
     default_preset: str  # pygpt.config.presets' name of the run a bare --arch starts from
     tasks: tuple[str, ...] = ("pretrain",)  # the values of --task it trains for
     specials: Specials = False  # the special tokens its tokenizer learns (pygpt.tokenizer)
+    # Its attention maps (pygpt.inspect.attention_maps): the parts, in the order they run, the
+    # one drawn by default, the special tokens around a text (whose own specials, such as
+    # [MASK], are then parsed), and whether a text pairs with a target (a translation).
+    attention_parts: tuple[str, ...] = ("self",)
+    default_attention_part = "self"
+    text_specials: tuple[str, ...] = ()
+    has_target = False
 
     def build(self, cfg: ModelConfig, kernels: str = "ext",
               train_cfg: Optional[TrainConfig] = None) -> nn.Module:
@@ -95,6 +104,21 @@ class Family:
         """Writes the ONNX export folder of a loaded model (with quantize, the int8 copies of its
         graphs too); returns the files written."""
         raise NotImplementedError
+
+    def attention_layers(self, model: nn.Module) -> dict[str, list[nn.Module]]:
+        """The model's attention layers (MultiHeadAttention) of each of attention_parts."""
+        return {"self": [b.attn for b in model.blocks]}
+
+    def attention_inputs(self, model: nn.Module, tokenizer: Tokenizer, texts: list[str],
+                         targets: Optional[list[Optional[str]]], device: torch.device
+                         ) -> MapInputs:
+        """The texts as the model reads them, and how to run it over them (targets: a
+        translator's, one per text, None for its own greedy translation; others ignore
+        them). By default each text's tokens through the model, padded with id 0."""
+        rows = [encode_text(tokenizer, t, model.config.block_size, "text") for t in texts]
+        ids, lengths = batch_rows(rows, 0, device)
+        return MapInputs(rows, [], self.attention_layers(model),
+                         lambda: model(ids, lengths=lengths))
 
     def next_command(self, ckpt: str, model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
         """The command a finished run suggests, on its checkpoint folder ckpt."""

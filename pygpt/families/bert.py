@@ -10,9 +10,11 @@ from pygpt.families.base import Family
 from pygpt.data.labelled import read_labelled
 from pygpt.data.mlm import MLMBatches
 from pygpt.data.common import IGNORE_INDEX
+from pygpt.inspect.attention_maps import MapInputs, batch_rows, encode_text
 from pygpt.models import BERT
 from pygpt.nn.distill_loss import LogitRows
 from pygpt.tasks import Classification, MaskedLanguageModelling
+from pygpt.tokenizer import require_specials
 
 CLASSIFY_PRESET = "bert-classify"  # the preset of --task classify
 
@@ -23,6 +25,7 @@ class BERTFamily(Family):
     default_preset = "bert-baby"
     tasks = ("pretrain", "classify")
     specials = True  # [PAD] [UNK] [CLS] [SEP] [MASK]
+    text_specials = ("[CLS]", "[SEP]")
 
     def preset_for(self, task):
         return CLASSIFY_PRESET if task == "classify" else self.default_preset
@@ -69,6 +72,18 @@ class BERTFamily(Family):
         rows = LogitRows(masked, model.mlm.decoder.weight, model.mlm.decoder.bias)
         return (model.heads(h, batch["lengths"], batch["mlm_labels"], batch["nsp_labels"])
                 if with_output else None), rows
+
+    def attention_inputs(self, model, tokenizer, texts, targets, device):
+        """[CLS] text [SEP] through the encoder ("[MASK]" in a text is the mask token)."""
+        specials = tokenizer.special_tokens
+        require_specials(specials, (*self.text_specials, *tokenizer.encoding_needs),
+                         "BERT inputs")
+        first, last = (specials[name] for name in self.text_specials)
+        rows = [encode_text(tokenizer, t, model.config.block_size, "text", specials=True,
+                            before=[first], after=[last]) for t in texts]
+        ids, lengths = batch_rows(rows, specials.get("[PAD]", 0), device)
+        return MapInputs(rows, [], self.attention_layers(model),
+                         lambda: model.encode(ids, lengths=lengths))
 
     def export(self, model, tokenizer, labels, out_dir, quantize):
         return export_bert(model, tokenizer, labels, out_dir, quantize)

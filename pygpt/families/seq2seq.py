@@ -6,22 +6,31 @@ from __future__ import annotations
 import shlex
 import sys
 
+import torch
+
 from pygpt.onnx.seq2seq import export_seq2seq
 from pygpt.families.base import TRANSLATION_FILES, Family, flag
 from pygpt.data.common import IGNORE_INDEX
+from pygpt.decoding.beam_search import translate
+from pygpt.decoding.translate_texts import SPECIALS
+from pygpt.inspect.attention_maps import MapInputs, batch_rows, encode_text
 from pygpt.models import Seq2Seq
 from pygpt.nn.distill_loss import LogitRows
-from pygpt.tokenizer import SEQ2SEQ_SPECIALS
+from pygpt.tokenizer import SEQ2SEQ_SPECIALS, require_specials
+from pygpt_runtime.onnx_search import Search
 from pygpt.tasks.seq2seq import Translation, joint_text
 
 PARTNERS = dict(zip(TRANSLATION_FILES, ("tgt_data", "src_data", "val_tgt", "val_src")))
 
 
-class TranslatorFamily(Family):
+class Seq2SeqFamily(Family):
     name = "seq2seq"
     model = Seq2Seq
     default_preset = "seq2seq"
     specials = SEQ2SEQ_SPECIALS
+    attention_parts = ("encoder", "decoder", "cross")
+    default_attention_part = "cross"  # a trained translator's shows the word alignment
+    has_target = True
 
     def build(self, cfg, kernels="ext", train_cfg=None):
         model = super().build(cfg, kernels)
@@ -70,6 +79,39 @@ class TranslatorFamily(Family):
         rows = LogitRows(x[batch["tgt_out"] != IGNORE_INDEX], model.out.weight, model.out.bias)
         return (model.head(x, batch["tgt_out"]) if with_output else None), rows
 
+    def attention_layers(self, model):
+        return {"encoder": [b.attn for b in model.encoder],
+                "decoder": [b.attn for b in model.decoder],
+                "cross": [b.cross for b in model.decoder]}
+
+    def attention_inputs(self, model, tokenizer, texts, targets, device):
+        """Each text as the source, and [BOS] + its target as the decoder's input: the target
+        given, or else the model's greedy translation, cut to what the decoder read."""
+        most = model.config.block_size
+        require_specials(tokenizer.special_tokens, SPECIALS, "translation")
+        pad, bos, eos = (tokenizer.special_tokens[name] for name in SPECIALS)
+        sources = [encode_text(tokenizer, t, most, "text") for t in texts]
+        src, src_lengths = batch_rows(sources, pad, device)
+        given = list(targets) if targets is not None else [None] * len(texts)
+        if len(given) != len(texts):
+            raise ValueError(f"{len(given)} targets for {len(texts)} texts")
+        greedy = [[]] * len(texts)
+        if any(t is None for t in given):
+            lengths = torch.tensor([len(s) for s in sources], device=device)
+            greedy = translate(model, src, lengths, bos=bos, eos=eos, search=Search(beam=1),
+                               banned=(pad, bos))
+        decoder_inputs = []
+        for target, translation in zip(given, greedy):
+            ids = [bos, *(tokenizer.encode(target) if target is not None
+                          else translation[:model.max_target_length - 1])]
+            if len(ids) > model.max_target_length:
+                raise ValueError(f"the target is {len(ids)} tokens with [BOS]; the model's "
+                                 f"decoder takes at most {model.max_target_length}")
+            decoder_inputs.append(ids)
+        tgt_in, tgt_lengths = batch_rows(decoder_inputs, pad, device)
+        return MapInputs(sources, decoder_inputs, self.attention_layers(model),
+                         lambda: model(src, src_lengths, tgt_in, tgt_lengths=tgt_lengths))
+
     def export(self, model, tokenizer, labels, out_dir, quantize):
         return export_seq2seq(model, tokenizer, out_dir, quantize)
 
@@ -78,4 +120,4 @@ class TranslatorFamily(Family):
                 "--text 'a sentence to translate'")
 
 
-TRANSLATOR_FAMILY = TranslatorFamily()
+SEQ2SEQ_FAMILY = Seq2SeqFamily()

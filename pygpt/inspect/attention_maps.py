@@ -10,28 +10,24 @@ input as the model runs (on whichever kernel set it is on); the layer's own proj
 and pygpt.ops.attention's reference forms the weights (attention_weights), with the causal mask,
 the padding and the relative or ALiBi bias the kernel applies. Several texts run as one
 right-padded batch, as the model runs them; each text's maps are cut to its own positions.
-What `python -m pygpt.attention` draws and explains, for one text or a server's request."""
+How a family frames a text for its model (a BERT's [CLS] and [SEP], a translator's target) is
+the family's (pygpt.families: attention_inputs); pygpt.families.attention_maps puts the two
+together. What `python -m pygpt.attention` draws and explains, for one text or a server's
+request."""
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch import nn
 
-from pygpt.decoding.beam_search import translate
-from pygpt.decoding.translate_texts import SPECIALS
-from pygpt.models import BERT, GPT, Seq2Seq
 from pygpt.nn import MultiHeadAttention
 from pygpt.nn.position_bias import ScoreBias
 from pygpt.ops.attention import attention_weights
-from pygpt.tokenizer import Tokenizer, require_specials
-from pygpt_runtime.onnx_search import Search
+from pygpt.tokenizer import Tokenizer
 
-# The attention parts of each kind of model, in the order they run.
-SELF_PARTS = ("self",)  # a GPT's or a BERT's blocks
-TRANSLATOR_PARTS = ("encoder", "decoder", "cross")
 _FORWARD = inspect.signature(MultiHeadAttention.forward)
 
 
@@ -81,19 +77,22 @@ class AttentionMaps:
         return self.parts[part]
 
 
-def attention_parts(model: nn.Module) -> dict[str, list[MultiHeadAttention]]:
-    """The model's attention layers by part."""
-    if isinstance(model, Seq2Seq):
-        return {"encoder": [b.attn for b in model.encoder],
-                "decoder": [b.attn for b in model.decoder],
-                "cross": [b.cross for b in model.decoder]}
-    if isinstance(model, (GPT, BERT)):
-        return {"self": [b.attn for b in model.blocks]}
-    raise ValueError(f"no attention maps for a {type(model).__name__}")
+@dataclass(frozen=True)
+class MapInputs:
+    """Texts as a model reads them, framed as its family frames them (pygpt.families: a family's
+    attention_inputs), and the model's attention layers by part."""
+
+    rows: list[list[int]]  # each text's token ids as the model reads them (a translator: source)
+    target_rows: list[list[int]]  # a translator's decoder inputs, [BOS] + target; else []
+    parts: dict[str, list[MultiHeadAttention]]  # each part's attention layers, in order
+    run: Callable[[], Any]  # runs the model over every row as one batch
 
 
-def _encode(tokenizer: Tokenizer, text: str, most: int, what: str, *, specials: bool = False,
-            before: Sequence[int] = (), after: Sequence[int] = ()) -> list[int]:
+def encode_text(tokenizer: Tokenizer, text: str, most: int, what: str, *,
+                specials: bool = False, before: Sequence[int] = (),
+                after: Sequence[int] = ()) -> list[int]:
+    """text's ids between before and after; a ValueError (one line) for an empty text, one of no
+    tokens, or one of more than most ids."""
     if not text:
         raise ValueError(f"the {what} is empty")
     ids = [*before, *tokenizer.encode(text, parse_specials=specials), *after]
@@ -105,8 +104,8 @@ def _encode(tokenizer: Tokenizer, text: str, most: int, what: str, *, specials: 
     return ids
 
 
-def _batch(rows: Sequence[Sequence[int]], pad: int, device: torch.device
-           ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+def batch_rows(rows: Sequence[Sequence[int]], pad: int, device: torch.device
+               ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Right-padded ids (B, T) and the rows' lengths (None when no row is padded)."""
     lengths = torch.tensor([len(r) for r in rows], dtype=torch.int64)
     ids = torch.full((len(rows), int(lengths.max())), pad, dtype=torch.int64)
@@ -131,50 +130,6 @@ class _Recorder:
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
-
-
-def _run(model: nn.Module, tokenizer: Tokenizer, texts: Sequence[str],
-         targets: Optional[Sequence[Optional[str]]], device: torch.device
-         ) -> tuple[list[list[int]], list[list[int]], Any]:
-    """The token ids of each text (and a translator's decoder inputs), and a function that runs
-    the model over them as one batch."""
-    most = model.config.block_size
-    if isinstance(model, Seq2Seq):
-        require_specials(tokenizer.special_tokens, SPECIALS, "translation")
-        pad, bos, eos = (tokenizer.special_tokens[name] for name in SPECIALS)
-        sources = [_encode(tokenizer, t, most, "text") for t in texts]
-        src, src_lengths = _batch(sources, pad, device)
-        given = list(targets) if targets is not None else [None] * len(texts)
-        if len(given) != len(texts):
-            raise ValueError(f"{len(given)} targets for {len(texts)} texts")
-        greedy = [[]] * len(texts)
-        if any(t is None for t in given):
-            lengths = torch.tensor([len(s) for s in sources], device=device)
-            greedy = translate(model, src, lengths, bos=bos, eos=eos, search=Search(beam=1),
-                               banned=(pad, bos))
-        decoder_inputs = []
-        for target, translation in zip(given, greedy):
-            # A translation that ran to the decoder's last position is cut to what it read.
-            ids = [bos, *(tokenizer.encode(target) if target is not None
-                          else translation[:model.max_target_length - 1])]
-            if len(ids) > model.max_target_length:
-                raise ValueError(f"the target is {len(ids)} tokens with [BOS]; the model's "
-                                 f"decoder takes at most {model.max_target_length}")
-            decoder_inputs.append(ids)
-        tgt_in, tgt_lengths = _batch(decoder_inputs, pad, device)
-        return sources, decoder_inputs, lambda: model(src, src_lengths, tgt_in,
-                                                      tgt_lengths=tgt_lengths)
-    if isinstance(model, BERT):
-        specials = tokenizer.special_tokens
-        require_specials(specials, ("[CLS]", "[SEP]", *tokenizer.encoding_needs),
-                         "BERT inputs")
-        rows = [_encode(tokenizer, t, most, "text", specials=True, before=[specials["[CLS]"]],
-                        after=[specials["[SEP]"]]) for t in texts]
-        ids, lengths = _batch(rows, specials.get("[PAD]", 0), device)
-        return rows, [], lambda: model.encode(ids, lengths=lengths)
-    rows = [_encode(tokenizer, t, most, "text") for t in texts]
-    ids, lengths = _batch(rows, 0, device)
-    return rows, [], lambda: model(ids, lengths=lengths)
 
 
 def _layer(part: str, index: int, attn: MultiHeadAttention, call: tuple[dict[str, Any], Any],
@@ -213,36 +168,25 @@ def _layer(part: str, index: int, attn: MultiHeadAttention, call: tuple[dict[str
 
 
 @torch.inference_mode()
-def attention_maps(model: nn.Module, tokenizer: Tokenizer, texts: Sequence[str],
-                   targets: Optional[Sequence[Optional[str]]] = None) -> list[AttentionMaps]:
-    """Every attention layer of model (a GPT, BERT or Seq2Seq, in eval mode) for each text, the
-    texts run as one right-padded batch. A GPT reads a text's tokens; a BERT [CLS] text [SEP]
-    ("[MASK]" in the text is the mask token); a translator the text as its source and [BOS] +
-    the target as its decoder's input, the target given in targets (one per text, None: the
-    model's own greedy translation). ValueError (one line) for an empty text, one too long for
-    the model, or a character a char tokenizer lacks."""
-    if not texts:
-        raise ValueError("no texts")
-    device = next(model.parameters()).device
-    rows, decoder_rows, run = _run(model, tokenizer, texts, targets, device)
-
+def maps_of(model: nn.Module, tokenizer: Tokenizer, inputs: MapInputs) -> list[AttentionMaps]:
+    """Every attention layer of model (in eval mode) for each row of inputs, run as one
+    right-padded batch (pygpt.families.attention_maps frames the texts by the model's family)."""
     def labels(ids: list[int]) -> tuple[str, ...]:
         return tuple(tokenizer.decode([i]) for i in ids)
 
-    tokens = [labels(r) for r in rows]
-    target_tokens = [labels(r) for r in decoder_rows] or [()] * len(rows)
+    tokens = [labels(r) for r in inputs.rows]
+    target_tokens = [labels(r) for r in inputs.target_rows] or [()] * len(inputs.rows)
     # Which tokens each part's queries and keys are.
     sides = {"self": (tokens, tokens), "encoder": (tokens, tokens),
              "decoder": (target_tokens, target_tokens), "cross": (target_tokens, tokens)}
-    parts = attention_parts(model)
-    recorder = _Recorder([m for layers in parts.values() for m in layers])
+    recorder = _Recorder([m for layers in inputs.parts.values() for m in layers])
     try:
-        run()
+        inputs.run()
     finally:
         recorder.remove()
     per_part = {part: [_layer(part, i, attn, recorder.calls[id(attn)], *sides[part])
-                       for i, attn in enumerate(layers)] for part, layers in parts.items()}
+                       for i, attn in enumerate(layers)] for part, layers in inputs.parts.items()}
     return [AttentionMaps(tokens[b], target_tokens[b],
                           {part: tuple(layer[b] for layer in layers)
                            for part, layers in per_part.items()},
-                          model.config.pos_encoding) for b in range(len(rows))]
+                          model.config.pos_encoding) for b in range(len(inputs.rows))]

@@ -18,8 +18,7 @@ from typing import Callable, Optional
 from fastapi import APIRouter
 from torch import nn
 
-from pygpt.inspect.attention_maps import attention_maps, attention_parts
-from pygpt.models import BERT, Seq2Seq
+from pygpt.families import attention_maps, family
 from pygpt.tokenizer import Tokenizer
 from pygpt_runtime.serve.errors import RequestError
 from pygpt_runtime.serve.schemas import AttentionRequest
@@ -36,7 +35,9 @@ class ServedAttention:
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, lock: threading.Lock,
                  encode: Encode):
         self.model, self.tokenizer, self.lock, self.encode = model, tokenizer, lock, encode
-        self.parts = {part: len(layers) for part, layers in attention_parts(model).items()}
+        self.family = family(model.config.arch)
+        self.parts = {part: len(layers)
+                      for part, layers in self.family.attention_layers(model).items()}
         self.max_tokens = min(model.config.block_size, MAX_ATTENTION_TOKENS)
 
     def describe(self) -> dict:
@@ -58,8 +59,7 @@ class ServedAttention:
     def _check_length(self, text: str, field: str, extra: int, most: int) -> None:
         """A 400 naming field for a text the tokenizer cannot take, or whose tokens (with
         `extra` specials) pass most."""
-        bert = isinstance(self.model, BERT)
-        n = len(self.encode(text, field, bert)) + extra
+        n = len(self.encode(text, field, bool(self.family.text_specials))) + extra
         if n > most:
             with_specials = " with its special tokens" if extra else ""
             raise RequestError(400, field, f"{field} is {n} tokens{with_specials}; attention "
@@ -68,12 +68,11 @@ class ServedAttention:
     def maps(self, body: AttentionRequest) -> dict:
         """The answer to one request (module docstring)."""
         parts = self._parts(body.part, body.layer)
-        translator = isinstance(self.model, Seq2Seq)
+        translator = self.family.has_target
         if body.target is not None and not translator:
             raise RequestError(400, "target", "target is for a translator; this model reads "
                                               "the text alone")
-        self._check_length(body.text, "text", 2 if isinstance(self.model, BERT) else 0,
-                           self.max_tokens)
+        self._check_length(body.text, "text", len(self.family.text_specials), self.max_tokens)
         if body.target is not None:  # [BOS] + the target's tokens
             self._check_length(body.target, "target", 1,
                                min(self.model.max_target_length, self.max_tokens))
