@@ -88,11 +88,10 @@ def test_ours_match_the_pytorch_reference(name):
 @pytest.mark.parametrize("kernels", ["ext", "torch"])
 def test_loss_is_label_smoothed_cross_entropy_over_real_targets(smoothing, kernels):
     model = make(BASE, kernels)
-    model.label_smoothing = smoothing  # as the translator family sets it for training
     src, src_len, tgt, tgt_len = padded_batch([4, 2], [5, 2], seed=2)
     tgt_out = torch.where(torch.arange(tgt.shape[1]) < tgt_len[:, None], tgt.roll(1, 1),
                           IGNORE_INDEX)
-    out = model(src, src_len, tgt, tgt_out, tgt_len)
+    out = model(src, src_len, tgt, tgt_out, tgt_len, label_smoothing=smoothing)  # as training
     real = tgt_out != IGNORE_INDEX
     expected = F.cross_entropy(out.logits[real].double(), tgt_out[real], label_smoothing=smoothing)
     close(out.loss, expected, dict(atol=1e-5, rtol=1e-5), "loss")

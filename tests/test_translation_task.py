@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from pygpt.tasks.bleu import score
-from pygpt.config import ModelConfig, TrainConfig
+from pygpt.config import ModelConfig
 from pygpt.families import build, family
 from pygpt.data.parallel import ParallelCorpus
 from pygpt.tokenizer import SEQ2SEQ_SPECIALS, CharTokenizer
@@ -31,7 +31,7 @@ def setup():
                  for k in range(n)]
         return ParallelCorpus.from_pairs(pairs, tok.encode, tok.special_tokens, max_len=23)
 
-    return tok, Translation(corpus(60, 1), corpus(13, 2), max_tokens=120)
+    return tok, Translation(corpus(60, 1), corpus(13, 2), max_tokens=120, label_smoothing=0.1)
 
 
 def test_batches_are_a_function_of_the_generator_and_fit_the_budget(setup):
@@ -61,10 +61,11 @@ def test_metrics_and_a_training_step(setup):
     cfg = ModelConfig(arch="seq2seq", vocab_size=tok.vocab_size, block_size=24, n_layer=1,
                       n_head=2, n_embd=16, pos_encoding="sinusoidal")
     torch.manual_seed(0)
-    model = family("seq2seq").build(cfg, train_cfg=TrainConfig(label_smoothing=0.1))
+    model = family("seq2seq").build(cfg)
     batch = task.batch("train", 0, torch.Generator().manual_seed(0))
+    assert task.inputs(batch) == {**batch._asdict(), "label_smoothing": 0.1}
     with torch.no_grad():
-        out = model(**batch._asdict())
+        out = model(**task.inputs(batch))
     m = task.metrics(out, batch)
     real = batch.tgt_out != -100
     n = int(real.sum())
@@ -78,9 +79,9 @@ def test_metrics_and_a_training_step(setup):
     record = {f"{split}_{k}": v for split in ("train", "val") for k, v in summary.items()}
     assert task.describe(record).startswith(f"train loss {summary['loss']:.4f}")
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    first = train_step(model, opt, [batch], 1e-2, 1.0)
+    first = train_step(model, opt, [batch], 1e-2, 1.0, inputs=task.inputs)
     for _ in range(5):
-        last = train_step(model, opt, [batch], 1e-2, 1.0)
+        last = train_step(model, opt, [batch], 1e-2, 1.0, inputs=task.inputs)
     assert last < first
 
 

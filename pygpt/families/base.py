@@ -45,10 +45,8 @@ class Family:
     text_specials: tuple[str, ...] = ()
     has_target = False
 
-    def build(self, cfg: ModelConfig, kernels: str = "ext",
-              train_cfg: Optional[TrainConfig] = None) -> nn.Module:
-        """A freshly initialised model of this family on the given kernel set; with train_cfg,
-        set up with the run's loss settings (for training)."""
+    def build(self, cfg: ModelConfig, kernels: str = "ext") -> nn.Module:
+        """A freshly initialised model of this family on the given kernel set."""
         return self.model(cfg, kernels=kernels)
 
     def preset_for(self, task: str) -> str:

@@ -32,12 +32,6 @@ class Seq2SeqFamily(Family):
     default_attention_part = "cross"  # a trained translator's shows the word alignment
     has_target = True
 
-    def build(self, cfg, kernels="ext", train_cfg=None):
-        model = super().build(cfg, kernels)
-        if train_cfg is not None:
-            model.label_smoothing = train_cfg.label_smoothing
-        return model
-
     def check_settings(self, model_cfg, train_cfg, given):
         self.refuse_val_data(train_cfg)
         if train_cfg.data is not None or train_cfg.task != "pretrain":
@@ -77,7 +71,8 @@ class Seq2SeqFamily(Family):
         x = model.decode_features(batch["tgt_in"], model.encode(batch["src"], batch["src_lengths"]),
                                   batch["src_lengths"], tgt_lengths=batch["tgt_lengths"])
         rows = LogitRows(x[batch["tgt_out"] != IGNORE_INDEX], model.out.weight, model.out.bias)
-        return (model.head(x, batch["tgt_out"]) if with_output else None), rows
+        return (model.head(x, batch["tgt_out"], batch.get("label_smoothing", 0.0))
+                if with_output else None), rows
 
     def attention_layers(self, model):
         return {"encoder": [b.attn for b in model.encoder],

@@ -11,7 +11,7 @@
 - Heads may have query/key width qk_dim and value width v_dim (default n_embd / n_head).
 - The loss is the mean label-smoothed cross-entropy of the target's real positions (padded
   targets are IGNORE_INDEX); the smoothing is a training setting (TrainConfig.label_smoothing),
-  set on the model by its family for training, 0 otherwise. Linear layers are Xavier-uniform
+  which the translation task passes to forward (pygpt.tasks.seq2seq), 0 by default. Linear layers are Xavier-uniform
   initialised (biases zero), as in the paper's reference code, tensor2tensor.
 
 Incremental decoding (pygpt.decoding.beam_search): `encode` once per batch, then `decode` one
@@ -57,7 +57,6 @@ class Seq2Seq(KernelModule):
     def __init__(self, cfg: ModelConfig, kernels: str = "ext"):
         super().__init__()
         self.config = cfg
-        self.label_smoothing = 0.0  # of the loss: a training setting, not the model's
         d = cfg.n_embd
         self.src_embed, self.tgt_embed = (
             Embeddings(cfg.vocab_size, d, cfg.block_size, position=cfg.pos_encoding,
@@ -141,14 +140,16 @@ class Seq2Seq(KernelModule):
 
     def forward(self, src: torch.Tensor, src_lengths: Optional[torch.Tensor],
                 tgt_in: torch.Tensor, tgt_out: Optional[torch.Tensor] = None,
-                tgt_lengths: Optional[torch.Tensor] = None) -> Seq2SeqOutput:
+                tgt_lengths: Optional[torch.Tensor] = None,
+                label_smoothing: float = 0.0) -> Seq2SeqOutput:
         """Teacher forcing over a batch (the fields of pygpt.data.parallel.TranslationBatch):
         logits for every target position and, with tgt_out (B, T) (the next tokens, IGNORE_INDEX
-        on padding), the label-smoothed loss."""
+        on padding), the loss, label-smoothed by label_smoothing."""
         return self.head(self.decode_features(tgt_in, self.encode(src, src_lengths), src_lengths,
-                                              tgt_lengths=tgt_lengths), tgt_out)
+                                              tgt_lengths=tgt_lengths), tgt_out, label_smoothing)
 
-    def head(self, x: torch.Tensor, tgt_out: Optional[torch.Tensor] = None) -> Seq2SeqOutput:
+    def head(self, x: torch.Tensor, tgt_out: Optional[torch.Tensor] = None,
+             label_smoothing: float = 0.0) -> Seq2SeqOutput:
         """forward's output from the decoder's features x (decode_features')."""
         logits = self.out(x)
         loss = None
@@ -158,5 +159,5 @@ class Seq2Seq(KernelModule):
                                  f"{tuple(tgt_out.shape)}")
             loss = self.kern.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                            tgt_out.reshape(-1), ignore_index=IGNORE_INDEX,
-                                           label_smoothing=self.label_smoothing)
+                                           label_smoothing=label_smoothing)
         return Seq2SeqOutput(logits, loss)

@@ -184,7 +184,5 @@ def shrink(model: nn.Module, keep: Keep, kernels: Optional[str] = None) -> nn.Mo
         if len(keep[name]) != mlp.fc.out_features:
             _slice_mlp(state, name, keep[name])
     pruned = build(new_cfg, kernels=kernels or getattr(model, "kernels", "ext"))
-    if hasattr(model, "label_smoothing"):
-        pruned.label_smoothing = model.label_smoothing
     pruned.load_state_dict(state)
     return pruned.eval()

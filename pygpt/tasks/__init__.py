@@ -63,6 +63,10 @@ class Task(Protocol):
         """Figures of an evaluation that run the model beyond its loss (a translator's BLEU),
         on the bare model; {} for none."""
 
+    def inputs(self, batch: NamedTuple) -> dict[str, Any]:
+        """The keyword arguments of the model's forward for one of the task's batches (the
+        batch's fields, and the loss settings the task trains with)."""
+
 
 class TaskDefaults:
     """What most tasks answer: batches sliced by rows, no labels, no model metrics."""
@@ -72,6 +76,9 @@ class TaskDefaults:
 
     def model_metrics(self, model: Any) -> dict[str, Any]:
         return {}
+
+    def inputs(self, batch: NamedTuple) -> dict[str, Any]:
+        return batch._asdict()
 
 
 class _DrawnEvaluation(TaskDefaults):

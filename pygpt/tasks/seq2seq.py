@@ -65,7 +65,8 @@ class Translation(TaskDefaults):
     by_tokens = True  # batches sized by max_tokens: not to be sliced by rows
 
     def __init__(self, train: ParallelCorpus, val: ParallelCorpus, max_tokens: int,
-                 tokenizer: Any = None, bleu_sentences: int = 0, samples: int = 3):
+                 tokenizer: Any = None, bleu_sentences: int = 0, samples: int = 3,
+                 label_smoothing: float = 0.0):
         self.splits = {"train": train, "val": val}
         for name, corpus in self.splits.items():
             if not len(corpus):
@@ -75,7 +76,7 @@ class Translation(TaskDefaults):
                              f"{bleu_sentences} and {samples}")
         if bleu_sentences and tokenizer is None:
             raise ValueError("validation BLEU (bleu_sentences) needs the tokenizer")
-        self.max_tokens = max_tokens
+        self.max_tokens, self.label_smoothing = max_tokens, label_smoothing
         self.tokenizer, self.samples = tokenizer, samples
         self.bleu_pairs = range(min(bleu_sentences, len(val)))
         self.buckets = {name: bucket_batches(*corpus.lengths(), max_tokens,
@@ -100,7 +101,8 @@ class Translation(TaskDefaults):
                 if not len(corpus):
                     raise ValueError(f"{cfg.src_data} and {cfg.tgt_data} leave no usable "
                                      f"{name} pairs ({corpus.summary})")
-        return cls(train, val, cfg.max_tokens, tokenizer, cfg.bleu_sentences)
+        return cls(train, val, cfg.max_tokens, tokenizer, cfg.bleu_sentences,
+                   label_smoothing=cfg.label_smoothing)
 
     def batch(self, split: str, batch_size: int,
               generator: Optional[torch.Generator] = None) -> TranslationBatch:
@@ -113,6 +115,10 @@ class Translation(TaskDefaults):
         if split == "val":
             return self.splits["val"].batches(self.max_tokens)
         return (self.batch(split, batch_size, generator) for _ in range(iters))
+
+    def inputs(self, batch: TranslationBatch) -> dict[str, Any]:
+        """The batch, and the label smoothing of the training loss (--label-smoothing)."""
+        return {**batch._asdict(), "label_smoothing": self.label_smoothing}
 
     def tokens(self, batch: TranslationBatch) -> int:
         """Real tokens on both sides ([BOS] included)."""

@@ -56,7 +56,7 @@ def evaluate(model: torch.nn.Module, task: Task, cfg: TrainConfig,
         sums: dict[str, list[float]] = {}
         for batch in task.eval_batches(split, batch_size or cfg.batch_size, gen, cfg.eval_iters):
             batch = type(batch)(*(t.to(cfg.device) for t in batch))
-            for name, (value, count) in task.metrics(model(**batch._asdict()), batch).items():
+            for name, (value, count) in task.metrics(model(**task.inputs(batch)), batch).items():
                 total = sums.setdefault(name, [0.0, 0.0])
                 total[0] += value
                 total[1] += count
@@ -134,7 +134,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
         check_teacher(teacher, tokenizer, task.labels)
 
     torch.manual_seed(cfg.seed)
-    model = fam.build(model_cfg, kernels=cfg.kernels, train_cfg=cfg).to(cfg.device)
+    model = fam.build(model_cfg, kernels=cfg.kernels).to(cfg.device)
     optimizer = make_optimizer(model, cfg)
     data_gen = torch.Generator().manual_seed(cfg.seed)
     step = tokens_seen = 0
@@ -207,6 +207,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
                 lr = lr_at(step, cfg)
                 batches = micro_batches()
                 loss = train_step(model, optimizer, batches, lr, cfg.grad_clip, forward=forward,
+                                  inputs=task.inputs,
                                   no_sync=lambda skip: ranks.no_sync(forward, skip))
                 step += 1
                 step_tokens = sum(task.tokens(b) for b in batches) * ranks.world

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable, ContextManager, NamedTuple, Optional, Sequence
+from typing import Any, Callable, ContextManager, NamedTuple, Optional, Sequence
 
 import torch
 from torch import nn
@@ -18,13 +18,16 @@ class Diverged(ValueError):
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
                micro_batches: Sequence[NamedTuple], lr: float, grad_clip: float, *,
                forward: Optional[Callable[..., object]] = None,
-               no_sync: Optional[Callable[[bool], ContextManager]] = None) -> float:
+               no_sync: Optional[Callable[[bool], ContextManager]] = None,
+               inputs: Callable[[Any], dict[str, Any]] = lambda batch: batch._asdict()
+               ) -> float:
     """Sets the learning rate, runs forward and backward over the micro-batches (gradients
     accumulate their mean loss), clips the global gradient norm to grad_clip (0: off), steps and
     clears the gradients. Returns the step's loss; raises Diverged (the weights and optimizer
     state untouched, the gradients cleared) if the loss or the gradient norm is not finite.
 
-    A micro-batch is a NamedTuple of the forward's keyword arguments (a task's batch).
+    A micro-batch is a task's batch; inputs(batch) gives the forward's keyword arguments
+    (default: a NamedTuple's fields; pass the task's Task.inputs).
     forward: what computes the loss, `forward(**batch).loss` (default the model; pass its
     torch.compile'd or DistributedDataParallel wrapper). no_sync(skip): a context in which
     backward does not all-reduce, entered with skip=True for all but the last micro-batch."""
@@ -35,7 +38,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
     for i, batch in enumerate(micro_batches):
         last = i == len(micro_batches) - 1
         with no_sync(not last) if no_sync is not None else contextlib.nullcontext():
-            loss = forward(**batch._asdict()).loss / len(micro_batches)
+            loss = forward(**inputs(batch)).loss / len(micro_batches)
             loss.backward()
         total += loss.item()
     if grad_clip > 0:
