@@ -23,10 +23,9 @@ from typing import Any, Optional
 from pygpt.storage import checkpoint
 from pygpt.config.flags import add_dataclass_flags, overrides
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.config.fields import config_from_dict
+from pygpt.config.fields import config_from_dict, tagged
 from pygpt.data.text import check_data_file
 from pygpt.families import FAMILIES, family
-from pygpt.families.base import TRANSLATION_FILES
 from pygpt.config.presets import PRESETS, preset
 from pygpt.storage.run_files import CONFIG
 from pygpt.training import train
@@ -121,10 +120,9 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
 def _absolute_paths(cfg: TrainConfig) -> TrainConfig:
     """cfg with its input paths made absolute, as config.json records them: a --resume from
     another directory reads the same files. (No --data stays None: the shipped text.)"""
-    return dataclasses.replace(cfg, **{name: os.path.abspath(getattr(cfg, name))
-                                       for name in ("data", "val_data", "init_from",
-                                                    "distill_from", *TRANSLATION_FILES)
-                                       if getattr(cfg, name) is not None})
+    return dataclasses.replace(cfg, **{f.name: os.path.abspath(getattr(cfg, f.name))
+                                       for f in tagged(TrainConfig, "file")
+                                       if getattr(cfg, f.name) is not None})
 
 
 def _check_data_files(model_cfg: ModelConfig, train_cfg: TrainConfig) -> None:

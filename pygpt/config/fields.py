@@ -1,20 +1,47 @@
-"""How a config dataclass's fields are declared (with their --help text and the family they
-belong to), checked for type, saved to config.json and read back: the machinery that
-pygpt.config's ModelConfig and TrainConfig share, apart from what their fields mean."""
+"""How a config dataclass's fields are declared (with their --help text and their tags: the
+model families or the task they belong to, whether they name an input file), checked for type,
+saved to config.json and read back: the machinery that pygpt.config's ModelConfig and
+TrainConfig share, apart from what their fields mean.
+
+The tags are the one place that says which settings belong to which family: config.json holds a
+model's own family's fields only, setting another family's model field is refused here, and the
+families refuse another family's or task's training flags from the tags
+(pygpt.families.base.Family.refuse_foreign)."""
 from __future__ import annotations
 
 import dataclasses
 import typing
 from dataclasses import field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 
-def opt(default: Any, help: str, family: Optional[str] = None,
-        listed: Optional[tuple[str, ...]] = None) -> Any:
-    """A dataclass field with its --help text; `family`: the one model family (arch) the field
-    applies to, if not every family has it; `listed`: a field saved only where set (not at its
-    default) but always by these families (whose config.json held it before: it stays so)."""
-    return field(default=default, metadata={"help": help, "family": family, "listed": listed})
+def opt(default: Any, help: str, family: Union[None, str, tuple[str, ...]] = None,
+        listed: Optional[tuple[str, ...]] = None, task: Optional[str] = None,
+        file: bool = False) -> Any:
+    """A dataclass field with its --help text and tags. `family`: the model families (arch) the
+    field applies to, if not every family has it; `task`: the one training task it applies to;
+    `file`: the field names an input file (made absolute when a run records it); `listed`: a
+    field saved only where set (not at its default) but always by these families (whose
+    config.json held it before: it stays so)."""
+    families = (family,) if isinstance(family, str) else family
+    return field(default=default, metadata={"help": help, "family": families, "listed": listed,
+                                            "task": task, "file": file})
+
+
+def families_of(f: dataclasses.Field) -> Optional[tuple[str, ...]]:
+    """The families a field applies to (its tag), or None: every family."""
+    return f.metadata["family"]
+
+
+def applies(cls: type, name: str, arch: str) -> bool:
+    """Whether field `name` of config class cls applies to the model family arch."""
+    families = families_of(next(f for f in dataclasses.fields(cls) if f.name == name))
+    return families is None or arch in families
+
+
+def tagged(cls: type, tag: str) -> list[dataclasses.Field]:
+    """The fields of cls that carry tag ("family", "task" or "file")."""
+    return [f for f in dataclasses.fields(cls) if f.metadata[tag]]
 
 
 def check_field_types(cfg: Any) -> None:
@@ -51,11 +78,11 @@ def check_field_types(cfg: Any) -> None:
 
 def to_dict(cfg: Any) -> dict[str, Any]:
     """cfg's fields as saved in config.json: a model config's only those of its family (and
-    opt's `listed` ones only where set or listed)."""
+    opt's `listed` ones only where set or listed); a training config's all of them."""
     arch = getattr(cfg, "arch", None)
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-            if f.metadata.get("family") in (None, arch)
-            and (f.metadata.get("listed") is None or arch in f.metadata["listed"]
+            if (arch is None or families_of(f) is None or arch in families_of(f))
+            and (f.metadata["listed"] is None or arch in f.metadata["listed"]
                  or getattr(cfg, f.name) != f.default)}
 
 

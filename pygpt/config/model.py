@@ -2,12 +2,11 @@
 config.json beside them (every field is a flag of `python -m pygpt.train`)."""
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Literal
 
-from pygpt.config.fields import check_field_types, opt
+from pygpt.config.fields import applies, check_field_types, families_of, opt, tagged
 from pygpt.positions import ENCODINGS, encoding
 
 # The model families (pygpt.families), by the name a config's `arch` gives.
@@ -84,13 +83,14 @@ class ModelConfig:
     v_dim: int = opt(0, "width of one head's values (0: n_embd / n_head)", listed=("seq2seq",))
     mlp_dim: int = opt(0, "the MLP's hidden width (0: 4 * n_embd)", listed=())
     # Sizes that differ between layers (a globally pruned model's): empty, every layer has
-    # n_head heads and mlp_width MLP units. gpt and bert only (a translator refuses them).
+    # n_head heads and mlp_width MLP units. gpt and bert only: a translator's decoder layers
+    # hold two attentions each, which one size per layer cannot say.
     layer_heads: tuple[int, ...] = opt((), "gpt, bert: each layer's attention heads, comma-"
                                            "separated, each 1 to n_head (empty: n_head in every "
-                                           "layer)", listed=())
+                                           "layer)", ("gpt", "bert"), listed=())
     layer_mlp_dims: tuple[int, ...] = opt((), "gpt, bert: each layer's MLP hidden width, comma-"
                                               "separated (empty: mlp_width in every layer)",
-                                          listed=())
+                                          ("gpt", "bert"), listed=())
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -117,19 +117,19 @@ class ModelConfig:
         for name, most in MAX_SIZES.items():
             if getattr(self, name) > most:
                 raise ValueError(f"{name} must be at most {most:,}, got {getattr(self, name):,}")
+        foreign: dict[tuple[str, ...], list[str]] = {}  # families -> their fields set here
+        for f in tagged(ModelConfig, "family"):
+            if self.arch not in families_of(f) and getattr(self, f.name) != f.default:
+                foreign.setdefault(families_of(f), []).append(f.name)
+        for families, names in foreign.items():
+            verb = "applies" if len(names) == 1 else "apply"
+            raise ValueError(f"{', '.join(names)} {verb} to arch {' and '.join(families)} only, "
+                             f"not {self.arch}")
         self._check_layer_sizes()
         if self.numbers > MAX_NUMBERS:
             raise ValueError(f"the model would hold about {self.numbers:,} numbers (weights and "
                              f"position tables), more than the {MAX_NUMBERS:,} pygpt builds: "
                              "make n_embd, n_layer, vocab_size or block_size smaller")
-        foreign: dict[str, list[str]] = {}  # family -> its fields set on another family's model
-        for f in dataclasses.fields(self):
-            family = f.metadata["family"]
-            if family not in (None, self.arch) and getattr(self, f.name) != f.default:
-                foreign.setdefault(family, []).append(f.name)
-        for family, names in foreign.items():
-            verb = "applies" if len(names) == 1 else "apply"
-            raise ValueError(f"{', '.join(names)} {verb} to arch {family} only, not {self.arch}")
 
     def _check_layer_sizes(self) -> None:
         """layer_heads and layer_mlp_dims: one size per layer, each in range, on a model that
@@ -138,10 +138,6 @@ class ModelConfig:
             sizes = getattr(self, name)
             if not sizes:
                 continue
-            if self.arch == "seq2seq":
-                raise ValueError(f"{name} applies to arch gpt and bert only: a translator's "
-                                 "decoder layers hold two attentions each, which one size "
-                                 "per layer cannot say")
             if len(sizes) != self.n_layer:
                 raise ValueError(f"{name} must hold one size per layer (n_layer {self.n_layer}),"
                                  f" got {len(sizes)}")
@@ -176,7 +172,8 @@ class ModelConfig:
 
         mlp = (lambda width: 2 * d * width) if self.mlp else (lambda width: 0)
         layers = [attention(self.heads(i)) + mlp(self.mlp_width_of(i)) for i in range(self.n_layer)]
-        decoder = self.decoder_layers if self.arch == "seq2seq" else 0  # with cross-attention
+        # Decoder blocks, with cross-attention (a family whose config has n_dec_layer).
+        decoder = self.decoder_layers if applies(ModelConfig, "n_dec_layer", self.arch) else 0
         rotated = self.n_layer + decoder if rotary else 0
         return (2 * self.vocab_size * d + self.block_size * (d + rotated * self.rotary_width)
                 + sum(layers) + decoder * (2 * attention(self.n_head) + mlp(self.mlp_width)))

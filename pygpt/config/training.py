@@ -16,36 +16,44 @@ KERNEL_SETS = ("ext", "torch")
 class TrainConfig:
     """How a run trains; saved in config.json so --resume continues the same run."""
 
-    data: Optional[str] = opt(None, "a UTF-8 text file (default: the shipped tiny-Shakespeare)")
+    data: Optional[str] = opt(None, "a UTF-8 text file (default: the shipped tiny-Shakespeare)",
+                              ("gpt", "bert"), file=True)
     tokenizer: Literal["char", "bpe", "wordpiece"] = opt(
         "char", "characters, a byte-level BPE or a WordPiece (BERT's) trained on the data with "
                 "--vocab-size tokens")
     init_from: Optional[str] = opt(None, "fine-tune: start from this checkpoint's weights and "
-                                         "tokenizer (it is never modified)")
+                                         "tokenizer (it is never modified)", file=True)
     task: Literal["pretrain", "classify"] = opt(
         "pretrain", "pretrain: next-token (gpt) or masked-LM (bert) on a text; classify: train a "
                     "bert to classify labelled texts (--data: TSV or CSV with label and text "
                     "columns, optionally text_pair), usually --init-from a pretrained bert; its "
                     "default preset is bert-classify")
     val_data: Optional[str] = opt(None, "classify: labelled validation data (default: a "
-                                        "stratified tenth of --data held out)")
-    src_data: Optional[str] = opt(None, "seq2seq: source sentences, one a line (.gz: gzip)")
-    tgt_data: Optional[str] = opt(None, "seq2seq: their translations, line for line")
+                                        "stratified tenth of --data held out)", "bert",
+                                  task="classify", file=True)
+    src_data: Optional[str] = opt(None, "seq2seq: source sentences, one a line (.gz: gzip)",
+                                  "seq2seq", file=True)
+    tgt_data: Optional[str] = opt(None, "seq2seq: their translations, line for line", "seq2seq",
+                                  file=True)
     val_src: Optional[str] = opt(None, "seq2seq: validation sources (default: a fixed 1 in 20 "
-                                       "training pairs, at most 2000, held out)")
-    val_tgt: Optional[str] = opt(None, "seq2seq: the validation sources' translations")
-    distill_from: Optional[str] = opt(None, "a teacher checkpoint to distil (never modified)")
+                                       "training pairs, at most 2000, held out)", "seq2seq",
+                                 file=True)
+    val_tgt: Optional[str] = opt(None, "seq2seq: the validation sources' translations",
+                                 "seq2seq", file=True)
+    distill_from: Optional[str] = opt(None, "a teacher checkpoint to distil (never modified)",
+                                      file=True)
     distill_temperature: float = opt(2.0, "distillation: the softmax temperature T")
     distill_alpha: float = opt(0.5, "distillation: loss = alpha * T^2 * KL(teacher || student) "
                                     "+ (1 - alpha) * the usual loss")
     out: str = opt("out", "output folder for the checkpoint, metrics and plots")
-    batch_size: int = opt(12, "sequences per micro-batch")
+    batch_size: int = opt(12, "sequences per micro-batch (gpt, bert; a translator's are sized "
+                              "by --max-tokens)", ("gpt", "bert"))
     max_tokens: int = opt(4096, "seq2seq: tokens per micro-batch (sources + targets, padding "
-                                "included), instead of --batch-size")
+                                "included), instead of --batch-size", "seq2seq")
     bleu_sentences: int = opt(100, "seq2seq: validation sentences translated (greedy) at each "
-                                   "evaluation for val_bleu (0: none)")
+                                   "evaluation for val_bleu (0: none)", "seq2seq")
     label_smoothing: float = opt(0.0, "seq2seq: label smoothing of the training loss (the "
-                                      "Transformer paper's is 0.1)")
+                                      "Transformer paper's is 0.1)", "seq2seq")
     grad_accum: int = opt(1, "micro-batches per optimizer step")
     max_iters: int = opt(2000, "optimizer steps in total (with --resume: the new total)")
     optimizer: Literal["adamw", "sgd"] = opt("adamw", "optimizer")

@@ -6,6 +6,7 @@ loader and the exporter ask the family for these, never test which family they h
 family is a new module here (and its model and task), not a change spread over the package."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
@@ -13,15 +14,13 @@ import torch
 from torch import Tensor, nn
 
 from pygpt.config import ModelConfig, TrainConfig
+from pygpt.config.fields import families_of
 from pygpt.data.text import read_chunks
 from pygpt.inspect.attention_maps import MapInputs, batch_rows, encode_text
 from pygpt.nn.distill_loss import LogitRows
 from pygpt.onnx.int8 import Int8Settings
 from pygpt.tokenizer import Specials, Tokenizer
 from pygpt.tasks import Task
-
-# The training data flags of a translator: the files it reads instead of --data.
-TRANSLATION_FILES = ("src_data", "tgt_data", "val_src", "val_tgt")
 
 
 def flag(name: str) -> str:
@@ -37,6 +36,7 @@ class Family:
     default_preset: str  # pygpt.config.presets' name of the run a bare --arch starts from
     tasks: tuple[str, ...] = ("pretrain",)  # the values of --task it trains for
     specials: Specials = False  # the special tokens its tokenizer learns (pygpt.tokenizer)
+    trains_on = "--data in batches of --batch-size sequences"  # what a refusal points to
     # Its attention maps (pygpt.inspect.attention_maps): the parts, in the order they run, the
     # one drawn by default, the special tokens around a text (whose own specials, such as
     # [MASK], are then parsed), and whether a text pairs with a target (a translation).
@@ -56,26 +56,27 @@ class Family:
     def check_settings(self, model_cfg: ModelConfig, train_cfg: TrainConfig,
                        given: set[str]) -> None:
         """Refuses (ValueError, one line) settings that do not apply to this family; given: the
-        names of the flags on the command line. By default: another task than pretraining, and
-        a translator's or a classifier's data flags."""
+        names of the flags on the command line. By default: a task it does not train for, and
+        the training settings of another family or task (refuse_foreign)."""
         if train_cfg.task not in self.tasks:
             where = (f"{train_cfg.init_from} holds a {self.name}" if train_cfg.init_from
                      else f"--arch must be bert, not {self.name}")
             raise ValueError(f"--task {train_cfg.task} fine-tunes a bert; {where}")
-        self.refuse_val_data(train_cfg)
-        self.refuse_translation_flags(train_cfg, given)
+        self.refuse_foreign(train_cfg, given)
 
-    def refuse_val_data(self, train_cfg: TrainConfig) -> None:
-        if train_cfg.val_data is not None:
-            raise ValueError("--val-data is for --task classify (pretraining holds out the last "
-                             "tenth of --data)")
-
-    def refuse_translation_flags(self, train_cfg: TrainConfig, given: set[str]) -> None:
-        files = [name for name in TRANSLATION_FILES if getattr(train_cfg, name) is not None]
-        theirs = files + sorted(given & {"max_tokens", "bleu_sentences", "label_smoothing"})
-        if theirs:
-            raise ValueError(f"{flag(theirs[0])} is for a translator (--arch seq2seq); a "
-                             f"{self.name} trains on --data")
+    def refuse_foreign(self, train_cfg: TrainConfig, given: set[str]) -> None:
+        """Refuses a training setting that its tags (pygpt.config.fields) give to another task
+        or family, when given on the command line or, for an input file, set at all."""
+        for f in dataclasses.fields(train_cfg):
+            if not (f.name in given or f.metadata["file"] and getattr(train_cfg, f.name)):
+                continue
+            if f.metadata["task"] not in (None, train_cfg.task):
+                raise ValueError(f"{flag(f.name)} is for --task {f.metadata['task']}, not "
+                                 f"{train_cfg.task}")
+            families = families_of(f)
+            if families is not None and self.name not in families:
+                raise ValueError(f"{flag(f.name)} is for --arch {' or '.join(families)}; "
+                                 f"{self.name} trains on {self.trains_on}")
 
     def data_files(self, train_cfg: TrainConfig) -> list[tuple[str, Optional[str]]]:
         """(flag, path) of each data file the run reads (path None: the shipped text)."""

@@ -31,9 +31,8 @@ class BERTFamily(Family):
         return CLASSIFY_PRESET if task == "classify" else self.default_preset
 
     def check_settings(self, model_cfg, train_cfg, given):
-        self.refuse_translation_flags(train_cfg, given)
+        super().check_settings(model_cfg, train_cfg, given)
         if train_cfg.task != "classify":
-            self.refuse_val_data(train_cfg)
             return
         if "num_labels" in given:
             raise ValueError("--task classify takes the number of classes from the labels in "

@@ -9,7 +9,7 @@ import sys
 import torch
 
 from pygpt.onnx.seq2seq import export_seq2seq
-from pygpt.families.base import TRANSLATION_FILES, Family, flag
+from pygpt.families.base import Family, flag
 from pygpt.data.common import IGNORE_INDEX
 from pygpt.decoding.beam_search import translate
 from pygpt.decoding.translate_texts import SPECIALS
@@ -20,7 +20,9 @@ from pygpt.tokenizer import SEQ2SEQ_SPECIALS, require_specials
 from pygpt_runtime.onnx_search import Search
 from pygpt.tasks.seq2seq import Translation, joint_text
 
-PARTNERS = dict(zip(TRANSLATION_FILES, ("tgt_data", "src_data", "val_tgt", "val_src")))
+# The files a translator reads (instead of --data), each with the one that pairs with it.
+PARTNERS = {"src_data": "tgt_data", "tgt_data": "src_data", "val_src": "val_tgt",
+            "val_tgt": "val_src"}
 
 
 class Seq2SeqFamily(Family):
@@ -28,18 +30,13 @@ class Seq2SeqFamily(Family):
     model = Seq2Seq
     default_preset = "seq2seq"
     specials = SEQ2SEQ_SPECIALS
+    trains_on = "sentence pairs (--src-data, --tgt-data) in batches of --max-tokens tokens"
     attention_parts = ("encoder", "decoder", "cross")
     default_attention_part = "cross"  # a trained translator's shows the word alignment
     has_target = True
 
     def check_settings(self, model_cfg, train_cfg, given):
-        self.refuse_val_data(train_cfg)
-        if train_cfg.data is not None or train_cfg.task != "pretrain":
-            raise ValueError("--arch seq2seq trains on sentence pairs: --src-data and "
-                             "--tgt-data, not --data or --task classify")
-        if "batch_size" in given:
-            raise ValueError("--arch seq2seq sizes its batches by tokens: --max-tokens, not "
-                             "--batch-size")
+        super().check_settings(model_cfg, train_cfg, given)
         if train_cfg.tokenizer == "wordpiece":
             raise ValueError("--arch seq2seq takes --tokenizer bpe or char (a WordPiece has no "
                              "[BOS] and [EOS])")
@@ -52,7 +49,7 @@ class Seq2SeqFamily(Family):
                              "sentences and their translations, line for line")
 
     def data_files(self, train_cfg):
-        return [(flag(name), getattr(train_cfg, name)) for name in TRANSLATION_FILES
+        return [(flag(name), getattr(train_cfg, name)) for name in PARTNERS
                 if getattr(train_cfg, name) is not None]
 
     def tokenizer_text(self, train_cfg):
