@@ -30,7 +30,7 @@ import torch
 
 from pygpt.storage import checkpoint
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.config.fields import config_from_dict
+from pygpt.config.fields import applies, config_from_dict
 from pygpt.data.text import check_data_file
 from pygpt.families import family
 from pygpt.config.presets import preset
@@ -105,10 +105,8 @@ def run_settings(ckpt: Path, args: argparse.Namespace, arch: str, num_labels: in
             raise ValueError(f"{ckpt}: its training settings are invalid: {e}") from None
     given = {k: os.path.abspath(v) for k, v in (("data", args.data), ("src_data", args.src_data),
                                                  ("tgt_data", args.tgt_data)) if v is not None}
-    if arch == "seq2seq" and "data" in given:
-        raise ValueError("a translator reads sentence pairs: --src-data and --tgt-data, not --data")
-    if arch != "seq2seq" and given.keys() & {"src_data", "tgt_data"}:
-        raise ValueError(f"--src-data and --tgt-data are for a translator; a {arch} reads --data")
+    fam = family(arch)
+    fam.refuse_foreign(dataclasses.replace(cfg, **given), set(given))
     if given.keys() & {"src_data", "tgt_data"} and len(given) == 1:
         raise ValueError("--src-data and --tgt-data come together, line for line")
     if given.keys() & {"src_data", "tgt_data"}:  # the run's held-out pairs came from its own
@@ -116,7 +114,7 @@ def run_settings(ckpt: Path, args: argparse.Namespace, arch: str, num_labels: in
     if "data" in given and cfg.task == "classify":
         given["val_data"] = None
     cfg = dataclasses.replace(cfg, out=os.path.abspath(args.out), threads=args.threads, **given)
-    for name, path in family(arch).data_files(cfg):
+    for name, path in fam.data_files(cfg):
         check_data_file(path, name)
     return cfg
 
@@ -168,8 +166,9 @@ def selection(model: torch.nn.Module, args: argparse.Namespace) -> Callable[[Sco
     """What the flags keep, as a function of the scores; checked before any scoring (one-line
     ValueError)."""
     cfg = model.config
-    if args.heads_per_layer is not None or cfg.arch == "seq2seq":
-        # Each layer ranked alone, every layer keeping the same numbers.
+    if args.heads_per_layer is not None or not applies(ModelConfig, "layer_heads", cfg.arch):
+        # Each layer ranked alone, every layer keeping the same numbers (also for a family
+        # whose config cannot hold per-layer sizes).
         heads = (args.heads_per_layer if args.heads_per_layer is not None
                  else cfg.n_head - removed_count(cfg.n_head, args.head_fraction))
         width = min(cfg.mlp_width_of(i) for i in range(cfg.n_layer))

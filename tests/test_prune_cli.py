@@ -231,7 +231,7 @@ def test_a_pruned_translator_translates_and_exports(data, tmp_path):  # noqa: F8
     (["--heads-per-layer", "5"], "heads kept per layer must be 1 to n_head 4"),
     (["--heads-per-layer", "2", "--mlp-fraction", "1.5"], "must be in \\[0, 1\\)"),
     (["--heads-per-layer", "2", "--head-fraction", "0.5"], "not allowed with"),
-    (["--head-fraction", "0.5", "--src-data", "x", "--tgt-data", "y"], "are for a translator"),
+    (["--head-fraction", "0.5", "--src-data", "x", "--tgt-data", "y"], "--src-data is for --arch seq2seq"),
     (["--head-fraction", "0.5", "--recover-iters", "-1"], "must not be negative"),
     (["--head-fraction", "0.5", "--data", "/no/such/file"], "no data file at /no/such/file"),
 ])

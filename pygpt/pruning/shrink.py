@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from pygpt.config import ModelConfig
+from pygpt.config.fields import applies
 from pygpt.families import build
 from pygpt.positions import encoding
 from pygpt.pruning.importance import Scores, units_of
@@ -98,9 +99,9 @@ def ranked_globally(scores: Scores, removed: int) -> Keep:
 
 def check_globally_prunable(cfg: ModelConfig, head_fraction: float, mlp_fraction: float) -> None:
     """ValueError (one line) unless choose_globally can prune cfg's model so."""
-    if cfg.arch == "seq2seq":
-        raise ValueError("a translator's layers keep the same number of heads and MLP units "
-                         "(its config holds no per-layer sizes): rank per layer")
+    if not applies(ModelConfig, "layer_heads", cfg.arch):
+        raise ValueError(f"a {cfg.arch} model's layers keep the same number of heads and MLP "
+                         "units (its config holds no per-layer sizes): rank per layer")
     if removed_count(sum(cfg.heads(i) for i in range(cfg.n_layer)), head_fraction):
         _check_heads_removable(cfg)
     if mlp_fraction > 0 and not cfg.mlp:
@@ -111,8 +112,8 @@ def choose_globally(model: nn.Module, scores: Scores, head_fraction: float,
                     mlp_fraction: float) -> Keep:
     """The heads and MLP units to keep when head_fraction of all the model's heads and
     mlp_fraction of all its MLP units go: the lowest scores of one ranking over every layer
-    (ranked_globally), each layer keeping at least one of each. GPT and BERT only (a
-    translator's config holds no per-layer sizes: choose)."""
+    (ranked_globally), each layer keeping at least one of each. Only for a family whose config
+    holds per-layer sizes (layer_heads' tag: GPT and BERT; a translator's uses choose)."""
     cfg: ModelConfig = model.config
     check_globally_prunable(cfg, head_fraction, mlp_fraction)
     units = units_of(model)
@@ -171,9 +172,10 @@ def shrink(model: nn.Module, keep: Keep, kernels: Optional[str] = None) -> nn.Mo
     units = units_of(model)
     heads = [len(keep[n]) if n in keep else m.n_head for n, m in units.attention.items()]
     widths = [len(keep[n]) for n in units.mlps]
-    if cfg.arch == "seq2seq" and (len(set(heads)) > 1 or len(set(widths)) > 1):
-        raise ValueError("every layer of a translator must keep as many heads and MLP units as "
-                         "the others")
+    if not applies(ModelConfig, "layer_heads", cfg.arch) and (len(set(heads)) > 1
+                                                              or len(set(widths)) > 1):
+        raise ValueError(f"every layer of a {cfg.arch} model must keep as many heads and MLP "
+                         "units as the others (its config holds no per-layer sizes)")
     new_cfg = pruned_config(cfg, heads, widths)
     state = {k: t.clone() for k, t in model.state_dict().items()}
     for name, attn in units.attention.items():
