@@ -39,7 +39,7 @@ from pygpt.pruning import (Scores, check_globally_prunable, check_prunable, choo
 from pygpt.pruning.shrink import Keep
 from pygpt.training import train
 from pygpt.training.distributed import Distributed
-from pygpt.training.loop import default_threads
+from pygpt.training.prepare import default_threads
 from pygpt.training.optim import make_optimizer
 from pygpt.training.run_folder import RUN_FILES, RunFolder
 
@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--recover-iters", type=int, default=0, metavar="N",
                         help="fine-tune the pruned model N steps with the run's training "
                              "settings (default 0: none)")
+    parser.add_argument("--warmup-iters", type=int, default=None, metavar="N",
+                        help="the recovery's warmup steps (default: the run's own)")
     parser.add_argument("--batches", type=_count, default=8, metavar="N",
                         help="training batches the importance is measured on (default 8)")
     parser.add_argument("--data", help="gpt, bert: score (and recover) on this data instead of "
@@ -124,8 +126,10 @@ def prune(args: argparse.Namespace) -> str:
     ckpt, out = Path(args.ckpt), Path(args.out)
     if out.resolve() == ckpt.resolve():
         raise ValueError("--out must differ from --ckpt: the source run is never modified")
-    if args.recover_iters < 0:
-        raise ValueError(f"--recover-iters must not be negative, got {args.recover_iters}")
+    for name in ("recover_iters", "warmup_iters"):
+        if (getattr(args, name) or 0) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must not be negative, got "
+                             f"{getattr(args, name)}")
     model, tokenizer = checkpoint.load(ckpt)
     cfg = model.config
     labels = checkpoint.load_labels(ckpt)
@@ -151,7 +155,9 @@ def prune(args: argparse.Namespace) -> str:
         if args.recover_iters:
             recover_cfg = dataclasses.replace(
                 train_cfg, max_iters=args.recover_iters, lr_decay_iters=None,
-                eval_interval=min(train_cfg.eval_interval, args.recover_iters))
+                eval_interval=min(train_cfg.eval_interval, args.recover_iters),
+                warmup_iters=(train_cfg.warmup_iters if args.warmup_iters is None
+                              else args.warmup_iters))
             result = train(pruned.config, recover_cfg, resume=True, progress=not args.quiet)
             recovered = f", recovered {args.recover_iters} steps: val loss {result['val_loss']:.4f}"
         else:

@@ -23,12 +23,13 @@ from typing import Any, Optional
 from pygpt.storage import checkpoint
 from pygpt.config.flags import add_dataclass_flags, overrides
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.config.fields import config_from_dict, tagged
+from pygpt.config.fields import applies, config_from_dict, tagged
 from pygpt.data.text import check_data_file
 from pygpt.families import FAMILIES, family
 from pygpt.config.presets import PRESETS, preset
 from pygpt.storage.run_files import CONFIG
 from pygpt.training import train
+from pygpt.training.prepare import default_threads
 from pygpt.training.run_folder import RUN_FILES, RunFolder
 from pygpt.training.stop import StopRequest
 
@@ -155,6 +156,28 @@ def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any], given:
     return dataclasses.replace(model_cfg, **model_flags)
 
 
+def describe_start(args: argparse.Namespace, model_cfg: ModelConfig,
+                   train_cfg: TrainConfig) -> str:
+    """The line a run starts with, before anything slow: what it trains, from which preset or
+    run, its shape, length and batch, number type and device, and where it writes."""
+    if args.resume:
+        origin = f"resuming {train_cfg.out}"
+    elif train_cfg.init_from is not None:
+        origin = f"fine-tuning {train_cfg.init_from}"
+    else:
+        origin = f"preset {args.preset or family(model_cfg.arch).preset_for(train_cfg.task)}"
+    batch = (f"{train_cfg.max_tokens} tokens" if not applies(TrainConfig, "batch_size",
+                                                              model_cfg.arch)
+             else f"{train_cfg.batch_size} x {model_cfg.block_size} tokens")
+    accumulated = f" x {train_cfg.grad_accum}" if train_cfg.grad_accum > 1 else ""
+    threads = train_cfg.threads or default_threads()
+    return (f"pygpt.train: {model_cfg.arch} {train_cfg.task} ({origin}): {model_cfg.n_layer} "
+            f"layers, {model_cfg.n_head} heads, {model_cfg.n_embd} wide, context "
+            f"{model_cfg.block_size}; {train_cfg.max_iters} steps of {batch}{accumulated}; "
+            f"float32 on {train_cfg.device} ({threads} thread{'s' * (threads > 1)}); into "
+            f"{train_cfg.out}")
+
+
 def next_step(model_cfg: ModelConfig, train_cfg: TrainConfig, result: dict[str, Any]) -> str:
     """The line a run ends with: where its checkpoint is, its val loss, and what to run next."""
     command = family(model_cfg.arch).next_command(train_cfg.out, model_cfg, train_cfg)
@@ -174,6 +197,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         model_cfg, train_cfg = configs_from_args(args)
         _check_data_files(model_cfg, train_cfg)
+        if is_main and not args.quiet:
+            print(describe_start(args, model_cfg, train_cfg), flush=True)
         with (RunFolder(train_cfg.out) if is_main else contextlib.nullcontext()) as folder:
             fresh = folder is not None and not args.resume
             if fresh:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -77,6 +77,14 @@ class Family:
             if families is not None and self.name not in families:
                 raise ValueError(f"{flag(f.name)} is for --arch {' or '.join(families)}; "
                                  f"{self.name} trains on {self.trains_on}")
+
+    def prepare_config(self, model_cfg: ModelConfig, train_cfg: TrainConfig, task: Task,
+                       source_labels: Optional[Callable[[], Optional[list[str]]]]
+                       ) -> tuple[ModelConfig, Optional[list[str]]]:
+        """The model config a run builds, given its task on the data, and the labels it saves
+        with each checkpoint (source_labels(): those of the run resumed or fine-tuned from;
+        None for a run from scratch). By default the config as it is, and no labels."""
+        return model_cfg, None
 
     def data_files(self, train_cfg: TrainConfig) -> list[tuple[str, Optional[str]]]:
         """(flag, path) of each data file the run reads (path None: the shipped text)."""

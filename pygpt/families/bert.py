@@ -3,6 +3,7 @@ classify labelled texts (--task classify), fill-mask, and its export as one enco
 (pygpt.onnx.bert)."""
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 from pygpt.onnx.bert import export_bert
@@ -40,6 +41,19 @@ class BERTFamily(Family):
         if train_cfg.data is None:
             raise ValueError("--task classify needs --data: a TSV or CSV file with label and "
                              "text columns")
+
+    def prepare_config(self, model_cfg, train_cfg, task, source_labels):
+        """A classifier's head sized by its data's labels; pretraining a classifier further
+        keeps the labels of the run it continues or fine-tunes."""
+        if task.labels is not None:
+            return dataclasses.replace(model_cfg, num_labels=len(task.labels)), task.labels
+        if not model_cfg.num_labels:
+            return model_cfg, None
+        if source_labels is None:
+            raise ValueError(f"num_labels {model_cfg.num_labels} without labels: --task "
+                             "classify sets it from the data's labels, and pretraining keeps "
+                             "the labels of an --init-from or --resume classifier")
+        return model_cfg, source_labels()
 
     def data_files(self, train_cfg):
         files = [("--data", train_cfg.data)]

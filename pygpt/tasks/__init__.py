@@ -56,6 +56,9 @@ class Task(Protocol):
     def describe(self, record: dict[str, Any]) -> str:
         """One line on an evaluation record, for the progress output."""
 
+    def summary(self) -> str:
+        """What the run trains on, in a few words (its splits' sizes), printed at the start."""
+
     by_tokens: bool  # batches sized by a token budget: each rank draws its own, unsliced
     labels: Optional[list[str]]  # a classifier's classes (saved with the checkpoint), or None
 
@@ -99,6 +102,10 @@ class LanguageModelling(_DrawnEvaluation):
     def tokens(self, batch):
         return batch.idx.numel()
 
+    def summary(self):
+        train, val = (len(self.splits.splits[s]) for s in ("train", "val"))
+        return f"{train:,} training and {val:,} validation tokens (the last tenth)"
+
     def metrics(self, output, batch):
         return {"loss": (output.loss.item(), 1)}  # the mean over batches of their mean loss
 
@@ -117,6 +124,10 @@ class MaskedLanguageModelling(_DrawnEvaluation):
 
     def batch(self, split, batch_size, generator=None):
         return self.batches.batch(split, batch_size, generator)
+
+    def summary(self):
+        train, val = (len(self.batches.splits[s]) for s in ("train", "val"))
+        return f"{train:,} training and {val:,} validation lines (the last tenth)"
 
     def tokens(self, batch):
         return int(batch.lengths.sum())
@@ -171,6 +182,12 @@ class Classification(_DrawnEvaluation):
 
     def batch(self, split, batch_size, generator=None):
         return self.splits[split].draw(batch_size, generator)
+
+    def summary(self):
+        train, val = (len(self.splits[s]) for s in ("train", "val"))
+        shown = ", ".join(self.labels[:10]) + (", ..." if len(self.labels) > 10 else "")
+        return (f"{train:,} training and {val:,} validation examples of {len(self.labels)} "
+                f"labels: {shown}")
 
     def eval_batches(self, split, batch_size, generator, iters):
         if split == "val":

@@ -120,6 +120,10 @@ class Translation(TaskDefaults):
         """The batch, and the label smoothing of the training loss (--label-smoothing)."""
         return {**batch._asdict(), "label_smoothing": self.label_smoothing}
 
+    def summary(self) -> str:
+        train, val = (len(self.splits[s]) for s in ("train", "val"))
+        return f"{train:,} training and {val:,} validation sentence pairs"
+
     def tokens(self, batch: TranslationBatch) -> int:
         """Real tokens on both sides ([BOS] included)."""
         return int(batch.src_lengths.sum() + batch.tgt_lengths.sum())

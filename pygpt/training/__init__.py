@@ -1,5 +1,5 @@
-"""Training, split by concern: the loop and evaluation (loop), one optimizer step (step), the
-optimizer and schedule (optim), multi-process set-up (distributed)."""
+"""Training, split by concern: a run made ready (prepare), the loop and evaluation (loop), one
+optimizer step (step), the optimizer and schedule (optim), multi-process set-up (distributed)."""
 from pygpt.training.loop import evaluate, train
 from pygpt.training.optim import lr_at, make_optimizer
 from pygpt.training.step import train_step

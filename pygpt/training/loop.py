@@ -14,31 +14,24 @@ anything is saved (pygpt.training.step): the last checkpoint stays as it was.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
 import sys
 import time
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
 
-from pygpt.storage import checkpoint
-from pygpt.storage.compat import stack_fused_states
 from pygpt.config import ModelConfig, TrainConfig
-from pygpt.families import Family, family
 from pygpt.plot import plot_runs
+from pygpt.storage import checkpoint
 from pygpt.storage.run_files import LOSS_PLOT, METRICS
-from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, WordPieceTokenizer
-from pygpt.training.distill import Distillation, check_teacher, load_teacher
-from pygpt.training.distributed import Distributed
-from pygpt.training.metrics_log import append_metrics, truncate_metrics
-from pygpt.training.optim import lr_at, make_optimizer, warmup_warning
+from pygpt.tasks import Task
+from pygpt.training.metrics_log import append_metrics
+from pygpt.training.optim import lr_at
+from pygpt.training.prepare import Run, prepare
 from pygpt.training.progress import Progress
 from pygpt.training.step import Diverged, check_finite_weights, train_step
 from pygpt.training.stop import StopRequest
-from pygpt.tasks import Task
 
 
 @torch.no_grad()
@@ -73,33 +66,6 @@ def evaluate(model: torch.nn.Module, task: Task, cfg: TrainConfig,
     return result
 
 
-def make_tokenizer(family: Family, model_cfg: ModelConfig, cfg: TrainConfig,
-                   resume: bool) -> Tokenizer:
-    """The run's own tokenizer when resuming, the source's when fine-tuning, the teacher's when
-    distilling, else a new one learned from the family's text with the family's special
-    tokens."""
-    if resume:
-        return checkpoint.read_tokenizer(cfg.out)
-    if cfg.init_from is not None or cfg.distill_from is not None:
-        return checkpoint.read_tokenizer(cfg.init_from or cfg.distill_from)
-    text, specials = family.tokenizer_text(cfg), family.specials
-    if cfg.tokenizer == "wordpiece":
-        return WordPieceTokenizer.train(text, model_cfg.vocab_size)
-    if cfg.tokenizer == "bpe":
-        return BPETokenizer.train(text, model_cfg.vocab_size, specials=specials)
-    return CharTokenizer.from_text(text, specials=specials)
-
-
-def default_threads() -> int:
-    """Half the CPUs this process may run on, at least 1: torch's own default (every core) spins
-    its threads at each barrier and collapses as soon as another busy process shares the cores
-    (100 baby steps beside a busy loop on a shared 2-core machine: 497-739 s at 2 threads,
-    25-102 s at 1)."""
-    cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-            else os.cpu_count() or 1)
-    return max(1, cpus // 2)
-
-
 def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
           progress: bool = True, stop: Optional[StopRequest] = None,
           replacing: Sequence[str] = ()) -> dict[str, Any]:
@@ -109,145 +75,108 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     replacing: the files of an earlier run in cfg.out that the run's first save removes, in its
     commit (pygpt.train --overwrite): a run that fails or stops before it leaves them whole.
     Raises Diverged if training diverges."""
-    torch.set_num_threads(cfg.threads if cfg.threads is not None else default_threads())
-    out = Path(cfg.out)
-    ranks = Distributed(cfg.device)
-    fam = family(model_cfg.arch)
-    teacher = load_teacher(cfg, model_cfg) if cfg.distill_from is not None else None
-    # Rank 0 learns the tokenizer and writes the token cache; the others take both from it.
-    tokenizer = ranks.share_tokenizer(make_tokenizer(fam, model_cfg, cfg, resume)
-                                      if ranks.is_main else None)
-    cfg = dataclasses.replace(cfg, tokenizer=tokenizer.kind)  # what the run really uses
-    model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
-    task = fam.make_task(model_cfg, cfg, tokenizer, ranks,
-                         checkpoint.load_labels(cfg.out) if resume else None)
-    labels = task.labels  # a classifier's, saved with each checkpoint
-    if labels is not None:  # the head's classes come from the labels, as the vocabulary
-        model_cfg = dataclasses.replace(model_cfg, num_labels=len(labels))
-    elif model_cfg.num_labels:  # pretraining a classifier further keeps its labels
-        if not resume and cfg.init_from is None:
-            raise ValueError(f"num_labels {model_cfg.num_labels} without labels: --task "
-                             "classify sets it from the data's labels, and pretraining keeps "
-                             "the labels of an --init-from or --resume classifier")
-        labels = checkpoint.load_labels(cfg.out if resume else cfg.init_from)
-    if teacher is not None:
-        check_teacher(teacher, tokenizer, task.labels)
-
-    torch.manual_seed(cfg.seed)
-    model = fam.build(model_cfg, kernels=cfg.kernels).to(cfg.device)
-    optimizer = make_optimizer(model, cfg)
-    data_gen = torch.Generator().manual_seed(cfg.seed)
-    step = tokens_seen = 0
-    if cfg.init_from is not None and not resume:
-        source, _ = checkpoint.load(cfg.init_from, kernels=cfg.kernels, device=cfg.device)
-        # A classifier's head starts fresh (as the model initialised it), whatever the source's.
-        checkpoint.init_from(model, source, fresh=("classifier.",) if labels else ())
-    if resume:
-        loaded, _ = checkpoint.load(out, kernels=cfg.kernels, device=cfg.device)
-        model.load_state_dict(loaded.state_dict())
-        state = checkpoint.load_train_state(  # older runs: separate W_Q, W_K, W_V
-            out, optimizer, adapt=lambda saved: stack_fused_states(model, optimizer, saved))
-        step = state["step"]
-        # States saved before token counts were kept are GPT runs, whose steps are all alike.
-        tokens_seen = state.get("tokens", step * cfg.batch_size * cfg.grad_accum * ranks.world
-                                * model_cfg.block_size)
-        data_gen.set_state(state["data_rng"])
-        torch.set_rng_state(state["torch_rng"])
-        if ranks.is_main:
-            truncate_metrics(out, step)
-    if ranks.is_main and step < cfg.max_iters and (warning := warmup_warning(cfg)):
-        print(warning, file=sys.stderr)
-    if ranks.world > 1:  # each rank its own dropout masks
-        torch.manual_seed(cfg.seed + 1_000_003 * ranks.rank + step)
-    model.train()
-    forward = ranks.wrap(model if teacher is None
-                         else Distillation(model, teacher.model, fam, cfg))
-    forward = torch.compile(forward) if cfg.compile else forward
-
-    saved = step if resume else None  # the step of the checkpoint in out
-
-    def save(record: dict[str, Any]) -> None:
-        """Saves the checkpoint, unless the weights or the evaluation's losses (finite weights
-        can still be garbage: huge) are not finite."""
-        nonlocal saved
-        check_finite_weights(model)
-        for name in ("train_loss", "val_loss"):
-            if not math.isfinite(record[name]):
-                raise Diverged(f"the evaluation's {name} is {record[name]}")
-        state = {"optimizer": optimizer.state_dict(), "data_rng": data_gen.get_state(),
-                 "torch_rng": torch.get_rng_state(), "tokens": tokens_seen}
-        checkpoint.save(out, model, tokenizer, cfg, state, step=step, labels=labels,
-                        remove=replacing if saved is None else ())
-        saved = step
-
-    def micro_batches() -> list:
-        # Every rank draws the same global batch and trains on its own slice of it, so N ranks
-        # of batch B step exactly like one process of batch N * B. A token-budget batch is not
-        # cut by rows: each rank draws N and trains on its own (N ranks step as one process
-        # of --grad-accum N times as large).
-        if task.by_tokens:
-            draws = [[task.batch("train", 0, data_gen) for _ in range(ranks.world)][ranks.rank]
-                     for _ in range(cfg.grad_accum)]
-            return [type(b)(*(t.to(cfg.device) for t in b)) for b in draws]
-        mine = slice(ranks.rank * cfg.batch_size, (ranks.rank + 1) * cfg.batch_size)
-        batches = [task.batch("train", cfg.batch_size * ranks.world, data_gen)
-                   for _ in range(cfg.grad_accum)]
-        return [type(b)(*(t[mine].to(cfg.device) for t in b)) for b in batches]
-
-    last: dict[str, Any] = {"step": step, "tokens": tokens_seen}
-    tokens = 0  # since the last evaluation
-    train_time, t_start = 0.0, time.perf_counter()
-    bar = Progress(cfg.max_iters, step, progress and ranks.is_main)
+    run = prepare(model_cfg, cfg, resume, replacing,
+                  say=(lambda line: print(line, flush=True)) if progress else lambda line: None)
+    bar = Progress(cfg.max_iters, run.step, progress and run.ranks.is_main)
     stop = stop if stop is not None else StopRequest()
-    taking = step + 1
-    try:
-        with stop:
-            while step < cfg.max_iters and not stop.requested:
-                t0, taking = time.perf_counter(), step + 1  # the step under way
-                lr = lr_at(step, cfg)
-                batches = micro_batches()
-                loss = train_step(model, optimizer, batches, lr, cfg.grad_clip, forward=forward,
-                                  inputs=task.inputs,
-                                  no_sync=lambda skip: ranks.no_sync(forward, skip))
-                step += 1
-                step_tokens = sum(task.tokens(b) for b in batches) * ranks.world
-                tokens += step_tokens
-                dt = time.perf_counter() - t0
-                train_time += dt
-                bar.update(loss, step_tokens / dt)
-                if step % cfg.eval_interval == 0 or step == cfg.max_iters or stop.requested:
-                    tokens_seen += tokens
-                    last = {"step": step, "tokens": tokens_seen, "lr": lr,
-                            **evaluate(model, task, cfg, batch_size=cfg.batch_size * ranks.world,
-                                       model_metrics=ranks.is_main),
-                            "tokens_per_s": tokens / max(train_time, 1e-9),
-                            "elapsed_s": time.perf_counter() - t_start}
-                    train_time, tokens = 0.0, 0
-                    samples = last.pop("val_samples", [])  # metrics.jsonl holds numbers only
-                    if not ranks.is_main:
-                        continue
-                    save(last)
-                    append_metrics(out, last)
-                    bar.write(f"step {step}: {task.describe(last)}, "
-                              f"{last['tokens_per_s']:,.0f} tokens/s")
-                    for sample in samples if progress else ():  # each text cut to 100
-                        bar.write("  " + " | ".join(f"{k}: {v[:99] + '…' if len(v) > 100 else v}"
-                                                    for k, v in sample.items()))
-    except Diverged as e:
-        bar.close()
-        kept = (f"the checkpoint of step {saved} in {out} is unchanged" if saved is not None
-                else "nothing was saved")
-        raise Diverged(f"training diverged at step {taking}: {e}; {kept}. Try a lower --lr "
-                       f"(now {cfg.lr:g}) or a longer --warmup-iters") from None
+    with stop:
+        last = _steps(run, bar, stop, progress)
     bar.close()
-    ranks.stop()
-    if ranks.is_main and saved is not None and (out / METRICS).exists():  # not an earlier run's
+    run.ranks.stop()
+    out = run.out
+    if run.ranks.is_main and run.saved is not None and (out / METRICS).exists():  # this run's
         try:
             plot_runs([out], out / LOSS_PLOT)
         except (OSError, ValueError) as e:  # a picture is not worth failing a finished run
             print(f"warning: could not draw {out / LOSS_PLOT}: {e}", file=sys.stderr)
     if stop.requested:
-        print(f"stopped at step {step}; " + (f"continue with --resume --out {out}"
-                                              if saved is not None else "nothing was saved"),
-              file=sys.stderr)
+        print(f"stopped at step {run.step}; " + (f"continue with --resume --out {out}"
+                                                  if run.saved is not None
+                                                  else "nothing was saved"), file=sys.stderr)
     return last
+
+
+def _steps(run: Run, bar: Progress, stop: StopRequest, progress: bool) -> dict[str, Any]:
+    """Steps until max_iters or a stop, evaluating, saving and reporting every eval_interval
+    steps (and at the last); returns the last evaluation's record (or where the run stands).
+    Raises Diverged naming the step and what was kept."""
+    cfg, task, ranks = run.cfg, run.task, run.ranks
+    last: dict[str, Any] = {"step": run.step, "tokens": run.tokens_seen}
+    tokens, train_time, t_start = 0, 0.0, time.perf_counter()  # tokens: since the last eval
+    while run.step < cfg.max_iters and not stop.requested:
+        t0, lr = time.perf_counter(), lr_at(run.step, cfg)
+        batches = _micro_batches(run)
+        try:
+            loss = train_step(run.model, run.optimizer, batches, lr, cfg.grad_clip,
+                              forward=run.forward, inputs=task.inputs,
+                              no_sync=lambda skip: ranks.no_sync(run.forward, skip))
+        except Diverged as e:
+            raise _diverged(run, run.step + 1, e, bar) from None
+        run.step += 1
+        step_tokens = sum(task.tokens(b) for b in batches) * ranks.world
+        tokens += step_tokens
+        dt = time.perf_counter() - t0
+        train_time += dt
+        bar.update(loss, step_tokens / dt)
+        if run.step % cfg.eval_interval and run.step != cfg.max_iters and not stop.requested:
+            continue
+        run.tokens_seen += tokens
+        try:
+            last = {"step": run.step, "tokens": run.tokens_seen, "lr": lr,
+                    **evaluate(run.model, task, cfg, batch_size=cfg.batch_size * ranks.world,
+                               model_metrics=ranks.is_main),
+                    "tokens_per_s": tokens / max(train_time, 1e-9),
+                    "elapsed_s": time.perf_counter() - t_start}
+            train_time, tokens = 0.0, 0
+            samples = last.pop("val_samples", [])  # metrics.jsonl holds numbers only
+            if ranks.is_main:
+                _save(run, last)
+        except Diverged as e:
+            raise _diverged(run, run.step, e, bar) from None
+        if not ranks.is_main:
+            continue
+        append_metrics(run.out, last)
+        bar.write(f"step {run.step}: {task.describe(last)}, {last['tokens_per_s']:,.0f} tokens/s")
+        for sample in samples if progress else ():  # each text cut to 100
+            bar.write("  " + " | ".join(f"{k}: {v[:99] + '…' if len(v) > 100 else v}"
+                                        for k, v in sample.items()))
+    return last
+
+
+def _diverged(run: Run, step: int, error: Diverged, bar: Progress) -> Diverged:
+    """The Diverged a run ends with: the step, why, what was kept and what to try."""
+    bar.close()
+    kept = (f"the checkpoint of step {run.saved} in {run.out} is unchanged"
+            if run.saved is not None else "nothing was saved")
+    return Diverged(f"training diverged at step {step}: {error}; {kept}. Try a lower --lr "
+                    f"(now {run.cfg.lr:g}) or a longer --warmup-iters")
+
+
+def _micro_batches(run: Run) -> list:
+    """This rank's micro-batches of one step. Every rank draws the same global batch and trains
+    on its own slice of it, so N ranks of batch B step exactly like one process of batch N * B.
+    A token-budget batch is not cut by rows: each rank draws N and trains on its own (N ranks
+    step as one process of --grad-accum N times as large)."""
+    cfg, task, ranks = run.cfg, run.task, run.ranks
+    if task.by_tokens:
+        draws = [[task.batch("train", 0, run.data_gen) for _ in range(ranks.world)][ranks.rank]
+                 for _ in range(cfg.grad_accum)]
+        return [type(b)(*(t.to(cfg.device) for t in b)) for b in draws]
+    mine = slice(ranks.rank * cfg.batch_size, (ranks.rank + 1) * cfg.batch_size)
+    batches = [task.batch("train", cfg.batch_size * ranks.world, run.data_gen)
+               for _ in range(cfg.grad_accum)]
+    return [type(b)(*(t[mine].to(cfg.device) for t in b)) for b in batches]
+
+
+def _save(run: Run, record: dict[str, Any]) -> None:
+    """Saves the checkpoint, unless the weights or the evaluation's losses (finite weights can
+    still be garbage: huge) are not finite."""
+    check_finite_weights(run.model)
+    for name in ("train_loss", "val_loss"):
+        if not math.isfinite(record[name]):
+            raise Diverged(f"the evaluation's {name} is {record[name]}")
+    state = {"optimizer": run.optimizer.state_dict(), "data_rng": run.data_gen.get_state(),
+             "torch_rng": torch.get_rng_state(), "tokens": run.tokens_seen}
+    checkpoint.save(run.out, run.model, run.tokenizer, run.cfg, state, step=run.step,
+                    labels=run.labels, remove=run.replacing if run.saved is None else ())
+    run.saved = run.step
