@@ -50,9 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "inf loss stops the run (exit 1) before anything is saved.",
         epilog="presets: " + "; ".join(
             f"{name}: {p.model.n_layer} layers, {p.model.n_head} heads, {p.model.n_embd} wide, "
-            f"context {p.model.block_size}, batch " + (
-                f"{p.train.max_tokens} tokens" if p.model.arch == "seq2seq"
-                else str(p.train.batch_size)) + f", {p.train.max_iters} iters"
+            f"context {p.model.block_size}, batch {batch_size(p.model, p.train)}, "
+            f"{p.train.max_iters} iters"
             for name, p in PRESETS.items()))
     parser.add_argument("--preset", choices=list(PRESETS), default=None,
                         help="starting configuration (default: " + ", ".join(
@@ -156,6 +155,14 @@ def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any], given:
     return dataclasses.replace(model_cfg, **model_flags)
 
 
+def batch_size(model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
+    """A micro-batch's size: sequences of the context's length, or a translator's token budget
+    (the family whose batches --batch-size does not size)."""
+    if applies(TrainConfig, "batch_size", model_cfg.arch):
+        return f"{train_cfg.batch_size} x {model_cfg.block_size} tokens"
+    return f"{train_cfg.max_tokens} tokens"
+
+
 def describe_start(args: argparse.Namespace, model_cfg: ModelConfig,
                    train_cfg: TrainConfig) -> str:
     """The line a run starts with, before anything slow: what it trains, from which preset or
@@ -166,14 +173,11 @@ def describe_start(args: argparse.Namespace, model_cfg: ModelConfig,
         origin = f"fine-tuning {train_cfg.init_from}"
     else:
         origin = f"preset {args.preset or family(model_cfg.arch).preset_for(train_cfg.task)}"
-    batch = (f"{train_cfg.max_tokens} tokens" if not applies(TrainConfig, "batch_size",
-                                                              model_cfg.arch)
-             else f"{train_cfg.batch_size} x {model_cfg.block_size} tokens")
     accumulated = f" x {train_cfg.grad_accum}" if train_cfg.grad_accum > 1 else ""
     threads = train_cfg.threads or default_threads()
     return (f"pygpt.train: {model_cfg.arch} {train_cfg.task} ({origin}): {model_cfg.n_layer} "
             f"layers, {model_cfg.n_head} heads, {model_cfg.n_embd} wide, context "
-            f"{model_cfg.block_size}; {train_cfg.max_iters} steps of {batch}{accumulated}; "
+            f"{model_cfg.block_size}; {train_cfg.max_iters} steps of {batch_size(model_cfg, train_cfg)}{accumulated}; "
             f"float32 on {train_cfg.device} ({threads} thread{'s' * (threads > 1)}); into "
             f"{train_cfg.out}")
 
