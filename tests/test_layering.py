@@ -1,7 +1,9 @@
 """The package's structure, checked from its imports: every module sits on a layer, imports only
 from its own layer or the layers below (building blocks never reach up into models, models never
-into training), and no import cycle exists, not even through imports inside functions. And no
-source file grows past about 300 lines. And pygpt.ops.registry is the only list of the ops: no
+into training), and no import cycle exists, not even through imports inside functions. A source
+file past about 300 lines is a hint to look for a second concern in it, not a rule: the few that
+are one concern at their length are listed with the reason, and none grows past 450. And
+pygpt.ops.registry is the only list of the ops: no
 other source holds a literal list of op names, to fall out of step with it."""
 import ast
 import re
@@ -36,7 +38,10 @@ LAYERS = [
      "pygpt.translate", "pygpt.attention", "pygpt.convert", "pygpt.serve", "pygpt.prune",
      "pygpt"],  # command lines (the server's package), and the package's pygpt.load
 ]
-MAX_LINES = 300
+SOFT_MAX_LINES = 300  # past it, split the file by concern or list it in LONGER with why
+HARD_MAX_LINES = 450
+# Modules longer than SOFT_MAX_LINES that are one concern, with the reason.
+LONGER: dict[str, str] = {}
 
 
 def module_name(path: Path) -> str:
@@ -124,10 +129,22 @@ def test_no_import_cycles():
     assert not cycle, "import cycle: " + " -> ".join(cycle)
 
 
+def lines_of(name: str) -> int:
+    return len(MODULES[name].read_text(encoding="utf-8").splitlines())
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_file_is_small(name):
-    lines = len(MODULES[name].read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_LINES, f"{MODULES[name]} has {lines} lines; split it by concern"
+def test_file_is_small_or_says_why_not(name):
+    lines = lines_of(name)
+    assert lines <= HARD_MAX_LINES, f"{MODULES[name]} has {lines} lines; split it by concern"
+    assert lines <= SOFT_MAX_LINES or name in LONGER, (
+        f"{MODULES[name]} has {lines} lines: split it by concern, or list it in LONGER "
+        f"({__file__}) with the reason it is one concern")
+
+
+def test_the_longer_list_is_current():
+    stale = [name for name in LONGER if name not in MODULES or lines_of(name) <= SOFT_MAX_LINES]
+    assert not stale, f"listed in LONGER but not modules over {SOFT_MAX_LINES} lines: {stale}"
 
 
 def test_the_checks_see_what_they_look_for():
