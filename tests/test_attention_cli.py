@@ -11,7 +11,7 @@ import torch
 from matplotlib.image import imread
 
 from helpers import spread_
-from mt_helpers import CFG as MT_CFG, tokenizer as mt_tokenizer
+from seq2seq_helpers import CFG as MT_CFG, tokenizer as mt_tokenizer
 from pygpt.storage import checkpoint
 from pygpt.attention import main
 from pygpt.config import ModelConfig

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import ARCHS, ATTN_TOL, TINY, close, spread_
-from mt_helpers import CFG as MT_CFG, reverser, tokenizer as mt_tokenizer
+from seq2seq_helpers import CFG as MT_CFG, reverser, tokenizer as mt_tokenizer
 from pygpt.config import KERNEL_SETS, ModelConfig
 from pygpt.decoding.beam_search import Search
 from pygpt.decoding.translate_texts import translate_texts

@@ -121,7 +121,7 @@ def bert_folder(folder, num_labels=0):
 
 
 def translator_folder(folder):
-    from mt_helpers import reverser, tokenizer
+    from seq2seq_helpers import reverser, tokenizer
 
     checkpoint.save(folder, reverser(steps=0), tokenizer())
     return folder

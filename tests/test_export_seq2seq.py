@@ -1,5 +1,5 @@
 """The ONNX export of a seq2seq checkpoint (pygpt.onnx.seq2seq) and the torch-free translator
-(pygpt-run; export/pygpt_runtime/onnx_seq2seq.py): a tiny translator (tests/mt_helpers.py) saved
+(pygpt-run; export/pygpt_runtime/onnx_seq2seq.py): a tiny translator (tests/seq2seq_helpers.py) saved
 and exported once, fp32 and int8; its three graphs must give PyTorch's encoder output, first-step
 and cached-step logits and caches on padded batches; the runner must print exactly what python -m
 pygpt.translate prints, greedy and beam; it runs where torch cannot be imported; and failures are
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from helpers import RUNNER_COMMAND, torch_free_env
-from mt_helpers import CFG, reverser, tokenizer, words
+from seq2seq_helpers import CFG, reverser, tokenizer, words
 from pygpt.storage import checkpoint
 from pygpt.onnx import seq2seq as exporter
 from pygpt.config import ModelConfig

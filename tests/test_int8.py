@@ -13,7 +13,7 @@ import pytest
 
 import pygpt.export
 from helpers import RUNNER_COMMAND
-from mt_helpers import reverser, tokenizer, words
+from seq2seq_helpers import reverser, tokenizer, words
 from pygpt.storage import checkpoint
 from pygpt.onnx.int8 import Int8Settings, node_part, quantize_int8
 from pygpt_runtime import onnx_seq2seq, run_onnx

@@ -120,7 +120,7 @@ def test_a_huge_line_is_cut_before_it_is_tokenized(monkeypatch):
     """A 20 MB line took gigabytes to tokenize though the encoder keeps block_size tokens: the
     tokenizer now gets at most CHARS_PER_POSITION characters a position, the cut is counted and
     the translation is that of the line's first block_size tokens."""
-    from mt_helpers import CFG, reverser, tokenizer
+    from seq2seq_helpers import CFG, reverser, tokenizer
     from pygpt.decoding.beam_search import Search
     from pygpt.decoding.translate_texts import translate_texts
     from pygpt_runtime.onnx_seq2seq import CHARS_PER_POSITION
@@ -172,7 +172,7 @@ def peak_rss_mib(*argv: str) -> float:
 
 
 def test_a_20_mb_line_is_translated_in_bounded_memory(tmp_path):
-    from mt_helpers import reverser, tokenizer
+    from seq2seq_helpers import reverser, tokenizer
     from pygpt.storage import checkpoint
     import pygpt.export
 

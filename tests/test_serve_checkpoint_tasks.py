@@ -19,7 +19,7 @@ from pygpt.storage import checkpoint
 from pygpt.classify import classify_texts, load_classifier
 from pygpt.fill_mask import fill_mask
 from pygpt.families import attention_maps
-from mt_helpers import CFG as MT_CFG, reverser, tokenizer as mt_tokenizer
+from seq2seq_helpers import CFG as MT_CFG, reverser, tokenizer as mt_tokenizer
 from serve_helpers import Server, chromium
 from test_classify import run
 from test_export_bert import pair_rows
@@ -62,7 +62,7 @@ def classifier(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def translator(tmp_path_factory):
-    """A translator trained a few dozen steps to reverse words (mt_helpers), and its server."""
+    """A translator trained a few dozen steps to reverse words (seq2seq_helpers), and its server."""
     ckpt = tmp_path_factory.mktemp("serve-mt") / "ckpt"
     checkpoint.save(ckpt, reverser(), mt_tokenizer())
     server = serve(ckpt, tmp_path_factory)

@@ -10,7 +10,7 @@ import pytest
 from helpers import RUNNER_COMMAND
 from pygpt.export import export
 from pygpt.storage import checkpoint
-from mt_helpers import reverser, tokenizer
+from seq2seq_helpers import reverser, tokenizer
 from serve_helpers import Server
 from test_export_bert import classifier, mlm  # noqa: F401  (the tiny BERT exports)
 

@@ -6,7 +6,7 @@ import pytest
 import sacrebleu
 import torch
 
-from mt_helpers import CFG, reverser, tokenizer
+from seq2seq_helpers import CFG, reverser, tokenizer
 from pygpt.storage import checkpoint
 from pygpt.tasks.bleu import score
 from pygpt.config import ModelConfig
