@@ -24,7 +24,7 @@ from pygpt.training.distill import Distillation
 from pygpt.config import TrainConfig
 from test_classify import zebra_rows
 from test_labelled_data import write
-from test_translation_train import _sentences, _write
+from test_seq2seq_train import _sentences, _write
 
 SMALL = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16",
          "--eval-iters", "2", "--threads", "1", "--quiet", "--warmup-iters", "2"]

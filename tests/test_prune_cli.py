@@ -29,7 +29,7 @@ from pygpt.families import build
 from pygpt.storage.run_files import CONFIG, WEIGHTS
 from pygpt.tokenizer import CharTokenizer
 from test_classify import files  # noqa: F401  (the zebra task's labelled files, a fixture)
-from test_translation_train import _pairs, data  # noqa: F401  (a fixture: sentence pairs)
+from test_seq2seq_train import _pairs, data  # noqa: F401  (a fixture: sentence pairs)
 
 
 def run(main, args):
