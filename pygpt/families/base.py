@@ -1,9 +1,12 @@
 """What a model family is to the rest of pygpt: one object per family (pygpt.families.gpt, .bert,
-.translator) owns its model class, the special tokens its tokenizer learns, its training task,
-the checks of the settings that concern it, its ONNX exporter, its default preset and the
-command a finished run suggests next. The command lines, the training loop, the checkpoint
-loader and the exporter ask the family for these, never test which family they hold, so a new
-family is a new module here (and its model and task), not a change spread over the package."""
+.seq2seq) owns its model class, the special tokens its tokenizer learns, its training task and
+how it prepares its config for it (a classifier's labels), the checks of the settings that
+concern it (another family's or task's refused from the configs' tags), its attention parts and
+how it frames a text for them, its ONNX exporter, its default preset and the command a finished
+run suggests next. The command lines, the training loop, pruning, the attention maps, the
+checkpoint loader, the exporter and the server ask the family for these, never test which family
+they hold, so a new family is a new module here (and its model and task), not a change spread
+over the package."""
 from __future__ import annotations
 
 import dataclasses
