@@ -29,7 +29,7 @@ from pygpt.onnx.graph import OPSET, TRANSLATIONS
 from pygpt.onnx.int8 import PARTS, WEIGHT_TYPES, Int8Settings
 from pygpt.storage.run_files import CONFIG, RUNNER_CONFIG, WEIGHTS
 from pygpt.training.run_folder import LOCK, RunFolder
-from pygpt_runtime.onnx_text import read_config as read_runner_config
+from pygpt_runtime.runner_config import read_config as read_runner_config
 
 __all__ = ["OPSET", "TRANSLATIONS", "export", "main"]
 

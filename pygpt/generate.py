@@ -21,7 +21,7 @@ from pygpt.config import KERNEL_SETS
 from pygpt.decoding.sampling import Generates, Sampling
 from pygpt_runtime.cli_checks import (HelpFormatter, add_sampling_flags, exits_cleanly,
                                       utf8_text)
-from pygpt_runtime.onnx_text import decode_stream
+from pygpt_runtime.text import decode_stream
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,7 +2,7 @@
 from a text with one huge word in linear time (pygpt.tokenizer.training), a translator reads
 of a huge line only what its encoder's positions can hold (pygpt.decoding.translate_texts,
 pygpt_runtime.onnx_seq2seq), and streaming decode of a byte-level BPE that emits bytes that are
-not UTF-8 stays linear and gives its text as it comes (pygpt_runtime.onnx_text.decode_stream)."""
+not UTF-8 stays linear and gives its text as it comes (pygpt_runtime.text.decode_stream)."""
 import random
 import subprocess
 import sys
@@ -14,7 +14,7 @@ import pytest
 from pygpt.tokenizer import training as tokenizer_training
 from pygpt.data.text import SHIPPED_TEXT
 from pygpt.tokenizer import BPETokenizer, WordPieceTokenizer
-from pygpt_runtime.onnx_text import decode_stream
+from pygpt_runtime.text import decode_stream
 from pygpt.tokenizer.training import MAX_TRAINING_WORD
 
 
@@ -75,7 +75,7 @@ def bpe() -> BPETokenizer:
 
 def byte_ids(bpe: BPETokenizer, data: bytes) -> list[int]:
     """The ids of the single-byte tokens spelling data (valid UTF-8 or not)."""
-    from pygpt_runtime.onnx_text import _byte_of_char
+    from pygpt_runtime.text import _byte_of_char
 
     char_of = {b: c for c, b in _byte_of_char().items()}
     return [bpe._tok.token_to_id(char_of[b]) for b in data]
@@ -123,7 +123,7 @@ def test_a_huge_line_is_cut_before_it_is_tokenized(monkeypatch):
     from seq2seq_helpers import CFG, reverser, tokenizer
     from pygpt.decoding.beam_search import Search
     from pygpt.decoding.translate_texts import translate_texts
-    from pygpt_runtime.onnx_seq2seq import CHARS_PER_POSITION
+    from pygpt_runtime.text import CHARS_PER_POSITION
 
     tok, model = tokenizer(), reverser(steps=5)
     handed: list[int] = []
@@ -138,7 +138,8 @@ def test_a_huge_line_is_cut_before_it_is_tokenized(monkeypatch):
 
 
 def test_the_runner_cuts_a_huge_line_before_it_is_tokenized():
-    from pygpt_runtime.onnx_seq2seq import CHARS_PER_POSITION, OnnxSeq2Seq
+    from pygpt_runtime.onnx_seq2seq import OnnxSeq2Seq
+    from pygpt_runtime.text import CHARS_PER_POSITION
 
     class Recording:
         handed: list[int] = []

@@ -10,7 +10,7 @@ import pytest
 
 from pygpt.data.text import SHIPPED_TEXT
 from pygpt.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer
-from pygpt_runtime.onnx_text import decode_stream
+from pygpt_runtime.text import decode_stream
 
 # Characters the Shakespeare training text below never contains: emoji (4-byte UTF-8, also a ZWJ
 # sequence and a flag), CJK, combining marks, RTL scripts, controls, the replacement character

@@ -15,7 +15,7 @@ import pytest
 from pygpt.data.text import SHIPPED_TEXT
 from pygpt.tokenizer import (SPECIAL_TOKENS, BPETokenizer, CharTokenizer, WordPieceTokenizer,
                              load_tokenizer, tokenizer_from_json)
-from pygpt_runtime.onnx_text import decode_stream
+from pygpt_runtime.text import decode_stream
 
 NAMES = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
 

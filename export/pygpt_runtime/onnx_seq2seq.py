@@ -8,7 +8,7 @@ python -m pygpt.translate, whose output it reproduces token for token.
 Options as pygpt.translate's: --beam K (default 4), --greedy, --length-penalty (0.6),
 --max-len-extra (50), --batch-size (32); plus --int8 (the int8-quantized graphs) and --threads
 (onnxruntime intra-op threads). Sentences are stripped, blank ones stay blank, sources are cut to
-the model's positions (a huge line first to CHARS_PER_POSITION characters a position, before it
+the model's positions (a huge line first to text.CHARS_PER_POSITION characters a position, before it
 is tokenized), and a file is translated longest first in batches (as
 pygpt.decoding.translate_texts does), its translations written in input order.
 """
@@ -25,23 +25,12 @@ import numpy as np
 
 from pygpt_runtime.onnx_search import Search, beam_search, greedy
 from pygpt_runtime.cli_checks import check_threads, utf8_text
-from pygpt_runtime.onnx_text import load_tokenizer, open_session, run_graph
+from pygpt_runtime.onnx_text import open_session, run_graph
 from pygpt_runtime.runner_config import read_config
+from pygpt_runtime.text import load_tokenizer, source_text
 
 SPECIALS = ("[PAD]", "[BOS]", "[EOS]")
 BATCH_SIZE = 32
-# A source is read up to this many characters per encoder position: a token covers a character
-# or more (or a byte of one) in normal text, so what is cut off lies far past the positions.
-CHARS_PER_POSITION = 32
-
-
-def source_text(text: str, block_size: int) -> tuple[str, bool]:
-    """text stripped, and cut to CHARS_PER_POSITION * block_size characters before it is
-    tokenized (a huge line would cost memory for tokens the encoder never sees); and whether it
-    was cut."""
-    text = text.strip()
-    most = CHARS_PER_POSITION * block_size
-    return text[:most], len(text) > most
 
 
 class OnnxSeq2Seq:

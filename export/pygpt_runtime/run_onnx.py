@@ -30,9 +30,10 @@ import numpy as np
 from pygpt_runtime.cli_checks import (HelpFormatter, add_sampling_flags, check_sampling,
                                       check_threads, exits_cleanly, utf8_text)
 from pygpt_runtime.onnx_bert import OnnxBERT, run_bert  # noqa: F401  (OnnxBERT: for callers)
-from pygpt_runtime.onnx_text import decode_stream, open_export, run_graph
+from pygpt_runtime.onnx_text import open_export, run_graph
 from pygpt_runtime.runner_config import (RUNNER_CONFIG, past_heads, read_config,  # noqa: F401
                                          takes_lengths)
+from pygpt_runtime.text import decode_stream
 
 
 class OnnxGPT:

@@ -6,7 +6,7 @@ input order) and cut into batches of `batch_size`, so that a batch holds sentenc
 length and little padding; the translations come back in input order. An empty sentence (no
 tokens) translates to an empty one without running the model. A source longer than the encoder's
 positions is cut to them (`cut` counts those); a text is first cut to CHARS_PER_POSITION characters
-a position (pygpt_runtime.onnx_seq2seq.source_text), far more than its tokens there can use. pygpt_runtime.onnx_seq2seq batches the same
+a position (pygpt_runtime.text.source_text), far more than its tokens there can use. pygpt_runtime.onnx_seq2seq batches the same
 way, so that the ONNX runner's output matches this one's.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 
 from pygpt.tokenizer import require_specials
 from pygpt.decoding.beam_search import Search, translate
-from pygpt_runtime.onnx_seq2seq import source_text
+from pygpt_runtime.text import source_text
 
 SPECIALS = ("[PAD]", "[BOS]", "[EOS]")  # a translator's tokenizer has them
 BATCH_SIZE = 32  # sentences per batch by default

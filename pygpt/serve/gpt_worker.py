@@ -12,7 +12,7 @@ import torch
 
 from pygpt.decoding.sampling import Sampling
 from pygpt.models import GPT
-from pygpt_runtime.onnx_text import TextStream
+from pygpt_runtime.text import TextStream
 from pygpt_runtime.serve.batcher import Busy, Generation
 
 

@@ -27,7 +27,7 @@ from typing import Sequence, Union
 
 from pygpt.storage.atomic import atomic_write_text
 from pygpt.tokenizer.training import TextOrChunks, text_chunks, train_bpe, train_wordpiece
-from pygpt_runtime.onnx_text import SpecialsEncoding, byte_level_bytes
+from pygpt_runtime.text import SpecialsEncoding, byte_level_bytes
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # A translator's joint source/target vocabulary: padding, and the target's start and end.

@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from pygpt_runtime.onnx_text import TextStream
+from pygpt_runtime.text import TextStream
 from pygpt_runtime.run_onnx import OnnxGPT, Rows, next_token, window_key
 
 
