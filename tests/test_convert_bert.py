@@ -21,7 +21,7 @@ from pygpt.data.labelled import Encoded, Example
 from pygpt.export import export
 from pygpt.families import build
 from pygpt.tokenizer import WordPieceTokenizer
-from pygpt_runtime import run_onnx
+from pygpt_runtime.onnx_bert import OnnxBERT
 from test_classify import run
 
 transformers = pytest.importorskip("transformers")
@@ -122,7 +122,7 @@ def test_fill_mask_and_runner_on_an_imported_bert(imported, tmp_path):
     assert [[t for t, _ in row] for row in fills] == [[tokenizer.decode([int(i)]) for i in row]
                                                      for row in hf_best]
     export(run_dir, tmp_path / "onnx")
-    got = run_onnx.OnnxBERT(str(tmp_path / "onnx")).fill_mask(text, top_k=3)
+    got = OnnxBERT(str(tmp_path / "onnx")).fill_mask(text, top_k=3)
     assert [[t for t, _ in row] for row in got] == [[t for t, _ in row] for row in fills]
     assert "[MASK] 1:" in run(pygpt.fill_mask.main, ["--ckpt", str(run_dir), "--text", text])
 
@@ -138,7 +138,7 @@ def test_classify_and_runner_on_an_imported_classifier(imported, tmp_path):
         expected = hf_model(input_ids=ids, attention_mask=mask).logits.softmax(-1)
     torch.testing.assert_close(probs, expected, atol=1e-5, rtol=1e-5)
     export(run_dir, tmp_path / "onnx")
-    np.testing.assert_allclose(run_onnx.OnnxBERT(str(tmp_path / "onnx")).classify(TEXTS),
+    np.testing.assert_allclose(OnnxBERT(str(tmp_path / "onnx")).classify(TEXTS),
                                expected.numpy(), atol=1e-5)
     assert run(pygpt.classify.main, ["--ckpt", str(run_dir), "--text", TEXTS[0]]).strip()
 

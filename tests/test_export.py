@@ -22,7 +22,7 @@ from pygpt.config import ModelConfig, TrainConfig
 from pygpt.decoding.sampling import Sampling
 from pygpt.storage.run_files import ONNX_FP32, ONNX_INT8, RUNNER_CONFIG, TOKENIZER
 from pygpt.training import train
-from pygpt_runtime import run_onnx
+from pygpt_runtime import run_onnx, runner_config
 
 
 
@@ -47,7 +47,7 @@ def test_export_files(exported):
     names = sorted(p.name for p in onnx_dir.iterdir())
     assert names == ["model.int8.onnx", "model.onnx", "runner.json", "tokenizer.json"]
     assert names == sorted([ONNX_INT8, ONNX_FP32, RUNNER_CONFIG, TOKENIZER])
-    assert run_onnx.RUNNER_CONFIG == RUNNER_CONFIG  # the runner cannot import pygpt
+    assert runner_config.RUNNER_CONFIG == RUNNER_CONFIG  # the runner cannot import pygpt
     config = json.loads((onnx_dir / RUNNER_CONFIG).read_text())
     assert config["block_size"] == 24 and config["n_layer"] == 2 and config["head_dim"] == 16
     assert config["format"] == 2  # the graph takes each row's lengths

@@ -23,7 +23,7 @@ from pygpt.onnx.bert import padded_batch
 from pygpt.data.labelled import Encoded, Example
 from pygpt.data.common import truncate_pair
 from pygpt.storage.run_files import RUNNER_CONFIG
-from pygpt_runtime import onnx_bert, run_onnx
+from pygpt_runtime import command as runner_command, onnx_bert
 from test_classify import run, zebra_rows
 from test_labelled_data import write
 
@@ -139,7 +139,7 @@ def test_runner_tokenizer_is_pygpts(mlm, classifier):
     """Special names in text are text unless parse_specials, and each id decodes alike."""
     for ckpt, onnx_dir in (mlm, classifier):
         _, tokenizer = pygpt.load(ckpt)
-        ours = run_onnx.OnnxBERT(str(onnx_dir)).tokenizer
+        ours = onnx_bert.OnnxBERT(str(onnx_dir)).tokenizer
         texts = (["First [MASK]: [CLS] we[SEP]", "Citizen: [MASK] you [PAD]x [MASK]"]
                  if tokenizer.kind == "wordpiece" else ["cat zebra a", "a [MASK] [SEP]"])
         for text in texts:
@@ -162,12 +162,12 @@ def test_fill_mask_equals_pygpts(which, request):
     text = "First [MASK]: before we [MASK] any further"
     model, tokenizer = pygpt.load(ckpt)
     expected = pygpt.fill_mask.fill_mask(model, tokenizer, text, top_k=4)
-    got = run_onnx.OnnxBERT(str(onnx_dir)).fill_mask(text, top_k=4)
+    got = onnx_bert.OnnxBERT(str(onnx_dir)).fill_mask(text, top_k=4)
     assert [[t for t, _ in row] for row in got] == [[t for t, _ in row] for row in expected]
     np.testing.assert_allclose([[p for _, p in row] for row in got],
                                [[p for _, p in row] for row in expected], atol=1e-5)
     args = ["--text", text, "--top-k", "4"]
-    assert (run(run_onnx.main, ["--model", str(onnx_dir), *args])
+    assert (run(runner_command.main, ["--model", str(onnx_dir), *args])
             == run(pygpt.fill_mask.main, ["--ckpt", str(ckpt), *args]))
 
 
@@ -176,7 +176,7 @@ def test_classify_equals_pygpts(classifier):
     model, tokenizer, labels = pygpt.classify.load_classifier(str(ckpt))
     texts = ["cat zebra a", "the dog", "big " * 20, "a"]  # one cut to fit, rows of all lengths
     pairs = ["runs on mat", "small red blue zebra " * 3, "dog", "zebra"]
-    runner_model = run_onnx.OnnxBERT(str(onnx_dir))
+    runner_model = onnx_bert.OnnxBERT(str(onnx_dir))
     for with_pairs in (False, True):
         examples = [Example(t, p if with_pairs else None, labels[0], 1)
                     for t, p in zip(texts, pairs)]
@@ -184,7 +184,7 @@ def test_classify_equals_pygpts(classifier):
         got = runner_model.classify(texts, pairs if with_pairs else None)
         np.testing.assert_allclose(got, expected.numpy(), atol=1e-5)
     for args in (["--text", "a cat zebra"], ["--text", "the dog", "--text-pair", "zebra sits"]):
-        assert (run(run_onnx.main, ["--model", str(onnx_dir), *args])
+        assert (run(runner_command.main, ["--model", str(onnx_dir), *args])
                 == run(pygpt.classify.main, ["--ckpt", str(ckpt), *args]))
 
 
@@ -209,7 +209,7 @@ def test_runner_needs_no_torch(mlm, classifier, tmp_path):
 def test_runner_errors(which, args, pattern, request, capsys):
     _, onnx_dir = request.getfixturevalue(which)
     with pytest.raises(SystemExit, match="^error: .*" + pattern):
-        run_onnx.main(["--model", str(onnx_dir), *args])
+        runner_command.main(["--model", str(onnx_dir), *args])
     assert capsys.readouterr().out == ""
 
 

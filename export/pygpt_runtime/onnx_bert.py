@@ -1,17 +1,20 @@
 """Fill-mask and classification with a BERT exported by `python -m pygpt.export`, with numpy
-and onnxruntime only (the deployment side, beside run_onnx.py, which calls run_bert for an
-export whose runner.json says "family": "bert"). Rows are built exactly as pygpt builds them:
-[CLS] text [SEP] for fill-mask (the text's "[MASK]"s are mask tokens), and for a classifier
-[CLS] text [SEP] (text_pair [SEP]), the longer text cut from its end until the row fits."""
+and onnxruntime only (the deployment side, beside run_onnx.py, whose command line pygpt-run
+hands to `main` here for an export whose runner.json says "family": "bert"). Rows are built
+exactly as pygpt builds them: [CLS] text [SEP] for fill-mask (the text's "[MASK]"s are mask
+tokens), and for a classifier [CLS] text [SEP] (text_pair [SEP]), the longer text cut from its
+end until the row fits."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from pygpt_runtime.cli_checks import check_threads, utf8_text
+from pygpt_runtime.cli_checks import check_threads, exits_cleanly, utf8_text
 from pygpt_runtime.onnx_text import open_export, run_graph
+from pygpt_runtime.run_onnx import parser
 
 MASK = "[MASK]"
 
@@ -102,9 +105,16 @@ class OnnxBERT:
         return softmax(self.logits(rows, firsts))
 
 
-def run_bert(args, variant: str) -> None:
-    """The command line's BERT side: fill the masks of --text, or classify --text (and
-    --text-pair); prints as python -m pygpt.fill_mask / python -m pygpt.classify --text do."""
+def main(argv: Optional[list[str]] = None) -> None:
+    """pygpt-run for a bert export (run_onnx's command line)."""
+    args = parser().parse_args(argv)
+    with exits_cleanly():
+        run_bert(args, "int8" if args.int8 else "fp32")
+
+
+def run_bert(args: argparse.Namespace, variant: str) -> None:
+    """Fills the masks of --text, or classifies --text (and --text-pair); prints as
+    python -m pygpt.fill_mask / python -m pygpt.classify --text do."""
     try:
         if args.text is None:
             raise ValueError("a bert export takes --text (not --prompt)")

@@ -29,10 +29,8 @@ import numpy as np
 
 from pygpt_runtime.cli_checks import (HelpFormatter, add_sampling_flags, check_sampling,
                                       check_threads, exits_cleanly, utf8_text)
-from pygpt_runtime.onnx_bert import OnnxBERT, run_bert  # noqa: F401  (OnnxBERT: for callers)
 from pygpt_runtime.onnx_text import open_export, run_graph
-from pygpt_runtime.runner_config import (RUNNER_CONFIG, past_heads, read_config,  # noqa: F401
-                                         takes_lengths)
+from pygpt_runtime.runner_config import past_heads, read_config, takes_lengths
 from pygpt_runtime.text import decode_stream
 
 
@@ -230,7 +228,9 @@ def stream(model: OnnxGPT, prompts: Sequence[Sequence[int]], max_new_tokens: int
         yield nxt
 
 
-def main(argv: Optional[list[str]] = None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """pygpt-run's command line for the families of one graph: a gpt's (main) and a bert's
+    (onnx_bert.main); its --help is this module's docstring."""
     p = argparse.ArgumentParser(prog="pygpt-run", description=__doc__,
                                 formatter_class=HelpFormatter)
     p.add_argument("--model", required=True,
@@ -246,16 +246,18 @@ def main(argv: Optional[list[str]] = None) -> None:
     add_sampling_flags(p, "gpt: ", top_k_also="; bert fill-mask: fills shown (default: 5)")
     p.add_argument("--threads", type=int, default=None,
                    help="onnxruntime intra-op threads (default: onnxruntime's choice)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """pygpt-run for a gpt export: generates from each --prompt."""
+    args = parser().parse_args(argv)
     variant = "int8" if args.int8 else "fp32"
     try:
         check_threads(args.threads)
-        family = read_config(Path(args.model))["family"]
-        if family == "bert":
-            with exits_cleanly():
-                return run_bert(args, variant)
+        read_config(Path(args.model), "gpt", ", which does not generate")
         if args.text is not None or args.text_pair is not None:
-            raise ValueError(f"--text is for a bert export; {args.model} holds a {family} model "
+            raise ValueError(f"--text is for a bert export; {args.model} holds a gpt model "
                              "(give --prompt)")
         prompts = ["\n"] if args.prompt is None else args.prompt
         check_sampling(args.greedy, args.temperature, args.top_k, args.top_p,
