@@ -1,69 +1,50 @@
 """`python -m pygpt.serve --ckpt RUN`: the HTTP server of a checkpoint of any family, on pygpt's
 own torch model, with the attention maps the torch-free server of an export cannot give.
 
-It is the export server (pygpt_runtime.serve.app: the same routes, limits, errors and
-playground) over a CheckpointServed, whose model answers each route with pygpt's own code: a
-GPT's completions from its decoding (pygpt.serve.gpt_worker), a BERT's fill-mask or
-classification and a translator's translations from the functions of pygpt's commands
-(pygpt.serve.torch_tasks, on the export server's task worker: one request at a time, a bounded
-queue); and POST /v1/attention gives pygpt.inspect.attention_maps' probabilities for a text
-(pygpt.serve.attention), which the playground draws. Only the --ckpt path imports torch
-(pygpt.serve stays torch-free for --model)."""
+It is the export server (pygpt_runtime.serve: the same holder of a served model, routes, limits,
+errors and playground; the routes by the runtime's table of families, pygpt_runtime.families)
+over the checkpoint's torch model, which each family's opener here (OPENERS) wraps so that the
+routes get pygpt's own code: a GPT's completions from its decoding (pygpt.serve.gpt_worker), a
+BERT's fill-mask or classification and a translator's translations from the functions of
+pygpt's commands (pygpt.serve.torch_tasks, on the export server's task worker: one request at a
+time, a bounded queue); and POST /v1/attention gives pygpt.inspect.attention_maps'
+probabilities for a text (pygpt.serve.attention), which the playground draws. Only the --ckpt
+path imports torch (pygpt.serve stays torch-free for --model)."""
 from __future__ import annotations
 
-import argparse
 import threading
-import time
-from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
-from fastapi import APIRouter
+from torch import nn
 
-from pygpt.storage.checkpoint import load
-from pygpt.models import BERT, GPT
 from pygpt.serve.attention import ServedAttention, attention_router
-from pygpt.serve.gpt_worker import TorchWorker
-from pygpt.serve.torch_tasks import TorchBERT, TorchTranslator
-from pygpt_runtime.serve.app import Limits, Served
-from pygpt_runtime.serve.tasks import TaskQueue
+from pygpt.serve.gpt_worker import open_gpt
+from pygpt.serve.torch_tasks import open_bert, open_translator
+from pygpt.storage.checkpoint import load
+from pygpt.tokenizer import Tokenizer
+from pygpt_runtime.families import FAMILIES
+from pygpt_runtime.serve.served import Limits, Served
+
+# A family's opener: (checkpoint folder, its torch model and tokenizer, the lock every call on
+# the model holds, the limits) -> the model its task's routes call, the worker that runs them,
+# and what the export's runner.json would say that the holder reads ("task" where the family
+# has several, "labels").
+Opener = Callable[[str, nn.Module, Tokenizer, threading.Lock, Limits], tuple[Any, Any, dict]]
+OPENERS: dict[str, Opener] = {"gpt": open_gpt, "bert": open_bert, "seq2seq": open_translator}
+assert set(OPENERS) == set(FAMILIES), "every family the runtime serves has its opener here"
 
 
-class CheckpointServed(Served):
-    """A checkpoint opened for serving: Served's attributes over the torch model of its family
-    (`model`: what the family's routes call), and the attention route."""
-
-    def __init__(self, ckpt: str, limits: Limits, threads: Optional[int] = None):
-        if threads is not None:
-            torch.set_num_threads(threads)
-        network, tokenizer = load(ckpt)
-        self.family, self.tokenizer = network.config.arch, tokenizer
-        self.config = {"block_size": network.config.block_size}
-        self.name = Path(ckpt).resolve().name
-        self.created = int(time.time())
-        self.limits, self.lock = limits, threading.Lock()
-        self.batcher, self.tasks = None, None
-        if isinstance(network, GPT):
-            self.task, self.model = "generate", network
-            self.batcher = TorchWorker(network, tokenizer, limits.queue_size, self.lock)
-        elif isinstance(network, BERT):
-            self.model = TorchBERT(ckpt, network, tokenizer, self.lock)
-            self.task = self.model.task
-            if self.model.labels is not None:
-                self.config["labels"] = self.model.labels
-        else:
-            self.task, self.model = "translate", TorchTranslator(network, tokenizer, self.lock)
-        if self.batcher is None:
-            self.tasks = TaskQueue(limits.queue_size)
-        self.attention = ServedAttention(network, tokenizer, self.lock, self.encode)
-
-    def health(self) -> dict:
-        return {**super().health(), "attention": self.attention.describe()}
-
-    def routers(self) -> list[APIRouter]:
-        return [*super().routers(), attention_router(self.attention)]
-
-
-def open_checkpoint(args: argparse.Namespace, limits: Limits) -> CheckpointServed:
-    """pygpt_runtime.serve.command's hook for --ckpt."""
-    return CheckpointServed(args.ckpt, limits, args.threads)
+def open_checkpoint(ckpt: str, limits: Limits, threads: Optional[int] = None) -> Served:
+    """A checkpoint served on its torch model (the hook of pygpt_runtime.serve.command's
+    --ckpt), with the attention maps attached."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    network, tokenizer = load(ckpt)
+    family, lock = network.config.arch, threading.Lock()
+    model, worker, fields = OPENERS[family](ckpt, network, tokenizer, lock, limits)
+    config = {"family": family, "task": FAMILIES[family].default_task(), **fields}
+    served = Served(ckpt, config, model, tokenizer, worker, limits)
+    attention = ServedAttention(network, tokenizer, lock, served.encode)
+    served.attach("attention", attention.describe, attention_router(attention))
+    return served

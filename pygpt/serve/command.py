@@ -5,19 +5,18 @@ pygpt's torch model instead, with attention maps in the playground (pygpt.serve.
 imported only then)."""
 from __future__ import annotations
 
-import argparse
 from typing import Any, Optional
 
 from pygpt_runtime.serve import command as serve_command
 
 
-def _open_checkpoint(args: argparse.Namespace, limits: Any) -> Any:
+def _open_checkpoint(ckpt: str, limits: Any, threads: Optional[int]) -> Any:
     try:
         from pygpt.serve.checkpoint import open_checkpoint
     except ImportError as e:
         raise ImportError(f"--ckpt needs PyTorch and pygpt's kernels ({e}); serve an export "
                           "with --model where they are missing") from None
-    return open_checkpoint(args, limits)
+    return open_checkpoint(ckpt, limits, threads)
 
 
 CHECKPOINTS = ("a checkpoint folder of any family (config.json, model.safetensors), served with "

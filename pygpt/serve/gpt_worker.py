@@ -14,6 +14,7 @@ from pygpt.decoding.sampling import Sampling
 from pygpt.models import GPT
 from pygpt_runtime.text import TextStream
 from pygpt_runtime.serve.batcher import Busy, Generation
+from pygpt_runtime.serve.served import Limits
 
 
 class TorchWorker:
@@ -45,6 +46,10 @@ class TorchWorker:
                 g.text = TextStream(self.tokenizer)
             self.requests.append(generations)
             self.ready.notify()
+
+    def health(self) -> dict:
+        """What /health says of it: the rows decoding and waiting."""
+        return {"active": self.active, "waiting": len(self.waiting)}
 
     def close(self) -> None:
         """Stops the worker after its step; rows not finished end with an error."""
@@ -94,3 +99,10 @@ class TorchWorker:
             steps.close()
         for b in going:  # stopped early by the server's shutdown
             rows[b].send("error", "the server is shutting down")
+
+
+def open_gpt(ckpt: str, model: GPT, tokenizer, lock: threading.Lock,
+             limits: Limits) -> tuple[GPT, TorchWorker, dict]:
+    """A GPT checkpoint's opener (pygpt.serve.checkpoint.OPENERS): its completions' routes call
+    a TorchWorker over the model."""
+    return model, TorchWorker(model, tokenizer, limits.queue_size, lock), {}

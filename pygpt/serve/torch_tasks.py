@@ -17,6 +17,8 @@ from pygpt.fill_mask import fill_mask, require_mask_specials
 from pygpt.models import BERT, Seq2Seq
 from pygpt.tokenizer import Tokenizer, require_specials
 from pygpt_runtime.onnx_search import Search
+from pygpt_runtime.serve.served import Limits
+from pygpt_runtime.serve.tasks import TaskQueue
 
 
 class TorchBERT:
@@ -52,3 +54,17 @@ class TorchTranslator:
         """The translations of texts, as python -m pygpt.translate gives them."""
         with self.lock:
             return translate_texts(self.model, self.tokenizer, texts, search)[0]
+
+
+def open_bert(ckpt: str, model: BERT, tokenizer: Tokenizer, lock: threading.Lock,
+              limits: Limits) -> tuple[TorchBERT, TaskQueue, dict]:
+    """A BERT checkpoint's opener (pygpt.serve.checkpoint.OPENERS): its task (fill-mask or
+    classify) and labels, on the task worker."""
+    bert = TorchBERT(ckpt, model, tokenizer, lock)
+    return bert, TaskQueue(limits.queue_size), {"task": bert.task, "labels": bert.labels}
+
+
+def open_translator(ckpt: str, model: Seq2Seq, tokenizer: Tokenizer, lock: threading.Lock,
+                    limits: Limits) -> tuple[TorchTranslator, TaskQueue, dict]:
+    """A translator checkpoint's opener (pygpt.serve.checkpoint.OPENERS), on the task worker."""
+    return TorchTranslator(model, tokenizer, lock), TaskQueue(limits.queue_size), {}

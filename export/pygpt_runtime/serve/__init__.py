@@ -1,4 +1,5 @@
-"""The HTTP server of an export (`pygpt-serve`): the command (command), the FastAPI app over a
-served model (app), OpenAI-style completions and their batching decode worker (completions,
-batcher), the other families' routes on a bounded task queue (tasks), the request bodies
-(schemas), the errors as JSON (errors) and the playground page (playground/)."""
+"""The HTTP server of an export (`pygpt-serve`): the command (command), the model served and the
+server's limits (served: Served, open_export), the FastAPI app over it (app), OpenAI-style
+completions and their batching decode worker (completions, batcher), the other families' routes
+on a bounded task queue (tasks), the request bodies (schemas), the errors as JSON (errors) and
+the playground page (playground/)."""

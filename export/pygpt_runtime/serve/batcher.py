@@ -82,6 +82,10 @@ class Batcher:
             self.waiting.extend(generations)
             self.lock.notify()
 
+    def health(self) -> dict:
+        """What /health says of it: the rows decoding and waiting."""
+        return {"active": self.active, "waiting": len(self.waiting)}
+
     def close(self) -> None:
         """Stops the worker after its step; rows not finished end with an error."""
         with self.lock:

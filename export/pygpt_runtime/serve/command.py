@@ -36,8 +36,8 @@ def _stop(signum: int, _frame) -> None:
 
 
 # What serves a checkpoint (pygpt.serve, with torch): the --ckpt flag's help, and a function of
-# the parsed flags and the limits giving the Served.
-Checkpoints = tuple[str, Callable[[argparse.Namespace, Any], Any]]
+# the checkpoint's folder, the limits and --threads opening it (served.Served).
+Checkpoints = tuple[str, Callable[[str, Any, Optional[int]], Any]]
 
 
 def parser(checkpoints: Optional[Checkpoints] = None) -> argparse.ArgumentParser:
@@ -85,7 +85,8 @@ def main(argv: Optional[list[str]] = None, checkpoints: Optional[Checkpoints] = 
             try:
                 import uvicorn
 
-                from pygpt_runtime.serve.app import Limits, Served, create_app
+                from pygpt_runtime.serve.app import create_app
+                from pygpt_runtime.serve.served import Limits, open_export
             except ImportError as e:
                 raise ImportError(f"the server needs FastAPI and uvicorn ({e}): pip install "
                                   "'pygpt-runtime[serve]'") from None
@@ -95,10 +96,10 @@ def main(argv: Optional[list[str]] = None, checkpoints: Optional[Checkpoints] = 
                 if args.int8:
                     raise ValueError("--int8 is for an export (--model); a checkpoint is served "
                                      "as it was saved")
-                served = checkpoints[1](args, limits)
+                served = checkpoints[1](args.ckpt, limits, args.threads)
             else:
-                served = Served(args.model, limits, "int8" if args.int8 else "fp32",
-                                args.threads)
+                served = open_export(args.model, limits, "int8" if args.int8 else "fp32",
+                                     args.threads)
         except (ValueError, OSError, ImportError) as e:
             raise SystemExit(f"error: {e}") from None
         server = uvicorn.Server(uvicorn.Config(

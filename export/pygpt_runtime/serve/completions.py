@@ -122,7 +122,7 @@ def choice(index: int, text: str, finish_reason: Optional[str]) -> dict:
 
 
 def router(served) -> APIRouter:
-    """The routes over a served GPT (app.Served: the model, its id, the worker, limits)."""
+    """The routes over a served GPT (served.Served: its name, its decode worker, the limits)."""
     routes = APIRouter()
 
     @routes.get("/v1/models")
@@ -144,7 +144,7 @@ def router(served) -> APIRouter:
                                               f"got {len(body.prompts())}")
         rows = [served.encode(text, "prompt" if isinstance(body.prompt, str) else f"prompt[{n}]")
                 for n, text in enumerate(body.prompts())]
-        completion = Completion(served.batcher, body, rows)
+        completion = Completion(served.worker, body, rows)
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
             return StreamingResponse(_events(completion, served.name, usage),

@@ -1,7 +1,8 @@
-"""The server's BERT and translator routes: POST /v1/fill-mask and /v1/classify (a BERT export,
-by its task), POST /v1/translate (a translator). Each request runs whole on one worker thread
-(TaskQueue) with the runner's own calls (onnx_bert.OnnxBERT, onnx_seq2seq.OnnxSeq2Seq), so it
-answers what pygpt-run prints; the requests waiting for it are bounded (a full queue: 503)."""
+"""The server's routes of the tasks run a request at a time: POST /v1/fill-mask and /v1/classify
+(a BERT's two tasks), POST /v1/translate (a translator's). Each request runs whole on one worker
+thread (TaskQueue) with the runner's own calls (onnx_bert.OnnxBERT, onnx_seq2seq.OnnxSeq2Seq),
+so it answers what pygpt-run prints; the requests waiting for it are bounded (a full queue:
+503). Each router is given the served model (served.Served)."""
 from __future__ import annotations
 
 import asyncio
@@ -40,38 +41,45 @@ class TaskQueue:
             with self.lock:
                 self.pending -= 1
 
+    def health(self) -> dict:
+        """What /health says of it: the requests running and waiting."""
+        return {"waiting": self.pending}
+
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def bert_router(served) -> APIRouter:
-    """/v1/fill-mask or /v1/classify, by the export's task."""
+def fill_mask_router(served) -> APIRouter:
     routes, model = APIRouter(), served.model
 
-    if model.task == "fill-mask":
-        @routes.post("/v1/fill-mask")
-        async def fill_mask(body: FillMaskRequest) -> dict:
-            served.encode(body.text, "text", parse_specials=True)
-            fills = await served.tasks.run("text", model.fill_mask, body.text, body.top_k)
-            return {"masks": [[{"token": token, "score": score} for token, score in candidates]
-                              for candidates in fills]}
-    else:
-        @routes.post("/v1/classify")
-        async def classify(body: ClassifyRequest) -> dict:
-            for name, text in (("text", body.text), ("text_pair", body.text_pair)):
-                if text is not None:
-                    served.encode(text, name)
-                    if not text.strip():
-                        raise RequestError(400, name, f"{name} must not be blank")
-            pairs = None if body.text_pair is None else [body.text_pair]
-            probs = (await served.tasks.run("text", model.classify, [body.text], pairs))[0]
-            ranked = sorted(zip(model.labels, probs.tolist()), key=lambda lp: -lp[1])
-            return {"label": ranked[0][0],
-                    "probabilities": [{"label": label, "probability": p} for label, p in ranked]}
+    @routes.post("/v1/fill-mask")
+    async def fill_mask(body: FillMaskRequest) -> dict:
+        served.encode(body.text, "text", parse_specials=True)
+        fills = await served.worker.run("text", model.fill_mask, body.text, body.top_k)
+        return {"masks": [[{"token": token, "score": score} for token, score in candidates]
+                          for candidates in fills]}
     return routes
 
 
-def translator_router(served) -> APIRouter:
+def classify_router(served) -> APIRouter:
+    routes, model = APIRouter(), served.model
+
+    @routes.post("/v1/classify")
+    async def classify(body: ClassifyRequest) -> dict:
+        for name, text in (("text", body.text), ("text_pair", body.text_pair)):
+            if text is not None:
+                served.encode(text, name)
+                if not text.strip():
+                    raise RequestError(400, name, f"{name} must not be blank")
+        pairs = None if body.text_pair is None else [body.text_pair]
+        probs = (await served.worker.run("text", model.classify, [body.text], pairs))[0]
+        ranked = sorted(zip(model.labels, probs.tolist()), key=lambda lp: -lp[1])
+        return {"label": ranked[0][0],
+                "probabilities": [{"label": label, "probability": p} for label, p in ranked]}
+    return routes
+
+
+def translate_router(served) -> APIRouter:
     routes, model = APIRouter(), served.model
 
     @routes.post("/v1/translate")
@@ -84,5 +92,5 @@ def translator_router(served) -> APIRouter:
             served.encode(text, "text" if isinstance(body.text, str) else f"text[{n}]")
         search = Search(beam=body.beam, length_penalty=body.length_penalty,
                         max_extra=body.max_len_extra)
-        return {"translations": await served.tasks.run("beam", model.translate, texts, search)}
+        return {"translations": await served.worker.run("beam", model.translate, texts, search)}
     return routes
