@@ -292,7 +292,8 @@ def test_sigterm_stops_the_server_cleanly(export_dir, tmp_path):
 
 def _decode_together(model, prompts, max_tokens, seed):
     """The texts of the prompts decoded by one pygpt_runtime.serve.batcher.Batcher, submitted together."""
-    from pygpt_runtime.serve.batcher import Batcher, Generation
+    from pygpt_runtime.serve.batcher import Batcher
+    from pygpt_runtime.serve.workers import Generation
 
     texts, done = [""] * len(prompts), threading.Semaphore(0)
 

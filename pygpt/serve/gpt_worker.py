@@ -1,8 +1,8 @@
 """The decode worker of `python -m pygpt.serve --ckpt` over a GPT checkpoint: completions from
 pygpt's own decoding (`stream_batch`, each request's prompts as one batch, one request at a
 time on one worker thread; with a seed, row b draws what `python -m pygpt.generate --seed` draws
-for it), with the interface of the export server's batcher (pygpt_runtime.serve.batcher), so
-that the completion routes (pygpt_runtime.serve.completions) serve it unchanged."""
+for it), a RowsWorker as the export server's batcher is (pygpt_runtime.serve.workers), so that
+the completion routes (pygpt_runtime.serve.completions) serve it unchanged."""
 from __future__ import annotations
 
 import threading
@@ -12,51 +12,30 @@ import torch
 
 from pygpt.decoding.sampling import Sampling
 from pygpt.models import GPT
-from pygpt_runtime.text import TextStream
-from pygpt_runtime.serve.batcher import Busy, Generation
 from pygpt_runtime.serve.served import Limits
+from pygpt_runtime.serve.workers import Generation, RowsWorker
 
 
-class TorchWorker:
-    """The decode worker over a torch GPT, with pygpt_runtime.serve.batcher.Batcher's interface (submit,
-    close, active, waiting): one request at a time, its rows decoded together by the model's
+class TorchWorker(RowsWorker):
+    """The decode worker over a torch GPT (RowsWorker: submit, close, health, as the export
+    server's batcher.Batcher): one request at a time, its rows decoded together by the model's
     stream_batch; a queue of at most queue_size rows waits (more: Busy, a 503). Each step runs
     under `lock`, which the attention route holds too (its hooks must see its own call only)."""
 
     def __init__(self, model: GPT, tokenizer, queue_size: int, lock: threading.Lock):
-        self.model, self.tokenizer, self.queue_size, self.lock = model, tokenizer, queue_size, lock
+        super().__init__(tokenizer, queue_size, "pygpt-torch-decode")
+        self.model, self.lock = model, lock
         self.requests: deque[list[Generation]] = deque()
-        self.active = 0
-        self.closing = False
-        self.ready = threading.Condition()
-        self.thread = threading.Thread(target=self._run, name="pygpt-torch-decode", daemon=True)
         self.thread.start()
 
-    @property
-    def waiting(self) -> list[Generation]:
-        return [g for request in self.requests for g in request]
+    def _keep(self, generations: list[Generation]) -> None:
+        self.requests.append(generations)
 
-    def submit(self, generations: list[Generation]) -> None:
-        """Queues one request's rows, or refuses them all (Busy)."""
-        with self.ready:
-            if self.closing or len(self.waiting) + len(generations) > self.queue_size:
-                raise Busy(f"{self.active} rows decode and {len(self.waiting)} wait already "
-                           f"(the queue holds {self.queue_size}); try again later")
-            for g in generations:
-                g.text = TextStream(self.tokenizer)
-            self.requests.append(generations)
-            self.ready.notify()
+    def _waiting(self) -> int:
+        return sum(len(request) for request in self.requests)
 
-    def health(self) -> dict:
-        """What /health says of it: the rows decoding and waiting."""
-        return {"active": self.active, "waiting": len(self.waiting)}
-
-    def close(self) -> None:
-        """Stops the worker after its step; rows not finished end with an error."""
-        with self.ready:
-            self.closing = True
-            self.ready.notify()
-        self.thread.join()
+    def _room(self) -> int:
+        return 0  # a request is taken in when the one before has ended
 
     def _run(self) -> None:
         while True:
@@ -64,7 +43,7 @@ class TorchWorker:
                 while not self.requests and not self.closing:
                     self.ready.wait()
                 if self.closing:
-                    for g in self.waiting:
+                    for g in (g for request in self.requests for g in request):
                         g.send("error", "the server is shutting down")
                     self.requests.clear()
                     return

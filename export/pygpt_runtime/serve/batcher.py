@@ -16,89 +16,42 @@ at most batch-size rows, each holding its window and cache only.
 """
 from __future__ import annotations
 
-import threading
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
-from pygpt_runtime.text import TextStream
 from pygpt_runtime.run_onnx import OnnxGPT, Rows, next_token, window_key
-
-
-class Busy(Exception):
-    """The queue is full: the request is refused, not queued."""
-
-
-@dataclass
-class Generation:
-    """One prompt's row: what to decode, and `send`, called from the worker thread with
-    ("token", text piece) per token, then ("end", the text held back) or ("error", message)."""
-    ids: list[int]
-    max_tokens: int
-    sampling: dict  # run_onnx.next_token's greedy, temperature, top_k, top_p
-    rng: np.random.Generator
-    send: Callable[[str, str], None]
-    seed: Optional[int] = None  # the request's (a torch worker seeds its generators with it)
-    stopped: bool = False  # set by the consumer: no more tokens wanted
-    made: int = 0
-    text: Optional[TextStream] = field(default=None, repr=False)
-
-    def take(self, token: int) -> bool:
-        """Sends the token's text; whether the row goes on."""
-        self.made += 1
-        self.send("token", self.text.add(token))
-        if self.made >= self.max_tokens:
-            self.send("end", self.text.finish())
-            return False
-        return True
+from pygpt_runtime.serve.workers import Generation, RowsWorker
 
 
 Group = tuple[Rows, list[Generation]]
 
 
-class Batcher:
-    """The decode worker over one model; `submit` from any thread, `close` to stop."""
+class Batcher(RowsWorker):
+    """The decode worker over one exported GPT (RowsWorker: submit, close, health)."""
 
     def __init__(self, model: OnnxGPT, queue_size: int, max_batch: int):
-        self.model, self.queue_size, self.max_batch = model, queue_size, max_batch
+        super().__init__(model.tokenizer, queue_size, "pygpt-decode")
+        self.model, self.max_batch = model, max_batch
         self.waiting: deque[Generation] = deque()
-        self.active = 0  # rows being decoded
-        self.closing = False
-        self.lock = threading.Condition()
-        self.thread = threading.Thread(target=self._run, name="pygpt-decode", daemon=True)
         self.thread.start()
 
-    def submit(self, generations: list[Generation]) -> None:
-        """Queues every row of one request, or none (Busy when they do not all fit)."""
-        with self.lock:
-            free = self.max_batch - self.active  # rows the next step admits
-            if self.closing or len(self.waiting) + len(generations) > self.queue_size + free:
-                raise Busy(f"{self.active} rows decode and {len(self.waiting)} wait already "
-                           f"(the queue holds {self.queue_size}); try again later")
-            for g in generations:
-                g.text = TextStream(self.model.tokenizer)
-            self.waiting.extend(generations)
-            self.lock.notify()
+    def _keep(self, generations: list[Generation]) -> None:
+        self.waiting.extend(generations)
 
-    def health(self) -> dict:
-        """What /health says of it: the rows decoding and waiting."""
-        return {"active": self.active, "waiting": len(self.waiting)}
+    def _waiting(self) -> int:
+        return len(self.waiting)
 
-    def close(self) -> None:
-        """Stops the worker after its step; rows not finished end with an error."""
-        with self.lock:
-            self.closing = True
-            self.lock.notify()
-        self.thread.join()
+    def _room(self) -> int:
+        return self.max_batch - self.active  # rows the next step admits
 
     def _admit(self, groups: list[Group]) -> Optional[list[Group]]:
         """The groups with the waiting rows that fit added (new rows grouped by window_key);
         None when closing. Waits while there is nothing to do."""
-        with self.lock:
+        with self.ready:
             while not self.waiting and not groups and not self.closing:
-                self.lock.wait()
+                self.ready.wait()
             if self.closing:
                 for g in [*self.waiting, *(g for _, gens in groups for g in gens)]:
                     g.send("error", "the server is shutting down")
@@ -147,7 +100,7 @@ class Batcher:
                 else:
                     merged[key] = (rows, gens)
             groups = list(merged.values())
-            with self.lock:
+            with self.ready:
                 self.active = sum(len(gens) for _, gens in groups)
 
 

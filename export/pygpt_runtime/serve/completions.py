@@ -14,7 +14,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from pygpt_runtime.serve.batcher import Batcher, Generation
+from pygpt_runtime.serve.workers import Generation, RowsWorker
 from pygpt_runtime.serve.errors import ModelError, RequestError
 from pygpt_runtime.serve.schemas import CompletionRequest
 
@@ -68,7 +68,7 @@ class Choice:
 class Completion:
     """One request's rows in the worker, their events coming back on this event loop."""
 
-    def __init__(self, batcher: Batcher, body: CompletionRequest, rows: list[list[int]]):
+    def __init__(self, worker: RowsWorker, body: CompletionRequest, rows: list[list[int]]):
         self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         self.queue: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
@@ -81,7 +81,7 @@ class Completion:
             for i in range(len(rows)):
                 self.queue.put_nowait((i, "end", ""))
         else:
-            batcher.submit(self.rows)
+            worker.submit(self.rows)
 
     def _sender(self, loop: asyncio.AbstractEventLoop, index: int):
         def send(kind: str, payload: str) -> None:

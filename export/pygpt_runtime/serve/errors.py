@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from pygpt_runtime.serve.batcher import Busy
+from pygpt_runtime.serve.workers import Busy
 
 
 class RequestError(Exception):

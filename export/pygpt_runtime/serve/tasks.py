@@ -13,9 +13,9 @@ from typing import Any, Callable
 from fastapi import APIRouter
 
 from pygpt_runtime.onnx_search import Search
-from pygpt_runtime.serve.batcher import Busy
 from pygpt_runtime.serve.errors import RequestError
 from pygpt_runtime.serve.schemas import ClassifyRequest, FillMaskRequest, TranslateRequest
+from pygpt_runtime.serve.workers import admit
 
 
 class TaskQueue:
@@ -28,10 +28,9 @@ class TaskQueue:
 
     async def run(self, param: str, fn: Callable[..., Any], *args: Any) -> Any:
         """fn(*args) on the worker; its ValueError (the request's content) a 400 naming param."""
-        with self.lock:
-            if self.pending > self.queue_size:  # one runs, queue_size wait
-                raise Busy(f"{self.pending - 1} requests wait already (the queue holds "
-                           f"{self.queue_size}); try again later")
+        with self.lock:  # pending counts the request running too, in the worker's one place
+            admit(self.pending, 1, self.queue_size, 1,
+                  f"{self.pending - 1} requests wait already")
             self.pending += 1
         try:
             return await asyncio.wrap_future(self.pool.submit(fn, *args))

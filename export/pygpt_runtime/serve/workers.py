@@ -1,0 +1,102 @@
+"""What the server's workers share: the one rule that admits a request to a worker's bounded
+queue or refuses it (admit; a refusal is Busy, the server's 503, at once), a completion's rows
+(Generation), and the thread and queue of a worker that decodes rows (RowsWorker: batcher.Batcher
+over an export, pygpt.serve.gpt_worker.TorchWorker over a checkpoint). tasks.TaskQueue, which
+runs one request at a time, admits by the same rule."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from pygpt_runtime.text import TextStream
+
+
+class Busy(Exception):
+    """The queue is full: the request is refused, not queued."""
+
+
+def admit(waiting: int, arriving: int, queue_size: int, room: int, busy: str,
+          closing: bool = False) -> None:
+    """Refuses (Busy) a request of `arriving` rows or requests unless they fit, after the
+    `waiting` ones, in the queue (queue_size) and the `room` the worker's next step takes in
+    besides; a closing worker refuses every request. busy: what the worker holds already, for
+    the refusal's message ("3 rows decode and 4 wait already")."""
+    if closing or waiting + arriving > queue_size + room:
+        raise Busy(f"{busy} (the queue holds {queue_size}); try again later")
+
+
+@dataclass
+class Generation:
+    """One prompt's row: what to decode, and `send`, called from the worker thread with
+    ("token", text piece) per token, then ("end", the text held back) or ("error", message)."""
+    ids: list[int]
+    max_tokens: int
+    sampling: dict  # run_onnx.next_token's greedy, temperature, top_k, top_p
+    rng: np.random.Generator
+    send: Callable[[str, str], None]
+    seed: Optional[int] = None  # the request's (a torch worker seeds its generators with it)
+    stopped: bool = False  # set by the consumer: no more tokens wanted
+    made: int = 0
+    text: Optional[TextStream] = field(default=None, repr=False)
+
+    def take(self, token: int) -> bool:
+        """Sends the token's text; whether the row goes on."""
+        self.made += 1
+        self.send("token", self.text.add(token))
+        if self.made >= self.max_tokens:
+            self.send("end", self.text.finish())
+            return False
+        return True
+
+
+class RowsWorker:
+    """A thread that decodes the rows of completions, behind a bounded queue: `submit` from any
+    thread, `close` to stop it, `health` for /health. A subclass keeps a request's rows (_keep),
+    counts those waiting (_waiting), says how many more its next step takes in (_room) and runs
+    the loop (_run), holding `ready` while it touches the queue; it starts `thread` once its own
+    state is set."""
+
+    def __init__(self, tokenizer, queue_size: int, name: str):
+        self.tokenizer, self.queue_size = tokenizer, queue_size
+        self.active = 0  # rows being decoded
+        self.closing = False
+        self.ready = threading.Condition()  # the queue's lock; notified when rows arrive
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _keep(self, generations: list[Generation]) -> None:
+        raise NotImplementedError
+
+    def _waiting(self) -> int:
+        raise NotImplementedError
+
+    def _room(self) -> int:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def submit(self, generations: list[Generation]) -> None:
+        """Queues every row of one request, or none (Busy when they do not all fit)."""
+        with self.ready:
+            waiting = self._waiting()
+            admit(waiting, len(generations), self.queue_size, self._room(),
+                  f"{self.active} rows decode and {waiting} wait already", self.closing)
+            for g in generations:
+                g.text = TextStream(self.tokenizer)
+            self._keep(generations)
+            self.ready.notify()
+
+    def health(self) -> dict:
+        """What /health says of it: the rows decoding and waiting."""
+        with self.ready:
+            return {"active": self.active, "waiting": self._waiting()}
+
+    def close(self) -> None:
+        """Stops the worker after its step; rows not finished end with an error."""
+        with self.ready:
+            self.closing = True
+            self.ready.notify()
+        self.thread.join()
