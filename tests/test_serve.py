@@ -162,6 +162,16 @@ def test_zero_tokens_and_the_other_routes(server, export_dir):
     assert server.client.get("/nowhere").status_code == 404
 
 
+def test_another_familys_route_is_a_404_naming_what_is_served(server, export_dir):
+    answer = server.client.post("/v1/translate", json={"text": "a"})
+    assert answer.status_code == 404
+    message = answer.json()["error"]["message"]
+    assert message.startswith(f"no POST /v1/translate here: this server serves "
+                              f"{export_dir.name}, a gpt model (generate), at ")
+    assert "POST /v1/completions" in message and "GET /v1/models" in message
+    assert "GET /health" in message and "/openapi.json" in message
+
+
 BAD = [  # (body, the field the error names)
     ({"prompt": 5}, "prompt"), ({}, "prompt"), ({"prompt": ""}, "prompt"),
     ({"prompt": []}, "prompt"), ({"prompt": ["ok", 3]}, "prompt[1]"),
@@ -286,8 +296,20 @@ def test_sigterm_stops_the_server_cleanly(export_dir, tmp_path):
     status, err = s.stop(signal.SIGTERM)
     streaming.join(30)
     assert status == 128 + signal.SIGTERM and "Traceback" not in err, err
+    assert (f"pygpt-serve: serving {export_dir.name}, a gpt model (generate) at "
+            f"http://127.0.0.1:{s.port}/; clients pass \"model\": \"{export_dir.name}\"\n") in err
     assert done and done[0].status_code == 200
     assert done[0].text.rstrip().endswith("data: [DONE]")  # the open stream finished
+
+
+def test_help_says_where_the_schema_is_and_what_to_call_the_model():
+    from pygpt_runtime.serve import command
+
+    text = command.parser().format_help()
+    assert "schema is at /openapi.json" in text and "/docs page draws it" in text
+    assert "loads from the\ninternet" in text and "its schema: /docs" not in text
+    assert '"model", which the `openai` client must\npass, is that name' in text
+    assert 'out/onnx/ serves "onnx"' in text
 
 
 def _decode_together(model, prompts, max_tokens, seed):

@@ -43,11 +43,17 @@ def test_fill_mask_equals_the_runner(mlm, tmp_path):  # noqa: F811
                             ({"text": "a [MASK] " * 200}, "text")]:
             answer = s.client.post("/v1/fill-mask", json=body)
             assert answer.status_code == 400 and answer.json()["error"]["param"] == field, body
-        assert s.client.post("/v1/classify", json={"text": "a"}).status_code == 404
+        other = s.client.post("/v1/classify", json={"text": "a"})
+        assert other.status_code == 404
+        assert other.json()["error"]["message"].startswith(
+            f"no POST /v1/classify here: this server serves {mlm[1].name}, a bert model "
+            "(fill-mask), at GET /health, POST /v1/fill-mask (")
         assert s.client.get("/health").json()["task"] == "fill-mask"
     finally:
         status, err = s.stop()
     assert "Traceback" not in err
+    assert f"serving {mlm[1].name}, a bert model (fill-mask) at http://" in err
+    assert "clients pass" not in err  # a BERT's requests name no model
 
 
 def test_classify_equals_the_runner(classifier, tmp_path):  # noqa: F811

@@ -2,19 +2,20 @@
 task (completions.py, tasks.py) and of the parts attached to it, GET /health, the playground
 page at / (the package's playground/ folder: plain HTML and JavaScript, nothing fetched from
 elsewhere) and the OpenAPI schema at /openapi.json (FastAPI's /docs page draws it with scripts
-it loads from the internet)."""
+it loads from the internet). A path it has no route for (another family's, say) is a 404 that
+names what is served and the routes it has."""
 from __future__ import annotations
 
 import contextlib
 from importlib import resources
 from typing import AsyncIterator
 
-from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
-from pygpt_runtime.serve.errors import DeclaredBodyLimit, add_handlers
+from pygpt_runtime.serve.errors import DeclaredBodyLimit, add_handlers, error_body
 from pygpt_runtime.serve.served import Served
 
 PLAYGROUND = "playground"  # the page's folder in the package
@@ -26,9 +27,17 @@ def create_app(served: Served) -> FastAPI:
         yield
         served.close()  # after the open streams have finished or been closed
 
-    app = FastAPI(title="pygpt", summary=f"serving {served.name} ({served.family.name})",
-                  lifespan=lifespan)
+    app = FastAPI(title="pygpt", summary=f"serving {served.summary()}", lifespan=lifespan)
     add_handlers(app)
+
+    @app.exception_handler(404)
+    async def not_found(request: Request, _: Exception) -> JSONResponse:
+        routes = [f"{method.upper()} {path}" for path, methods in app.openapi()["paths"].items()
+                  for method in methods]
+        return error_body(404, f"no {request.method} {request.url.path} here: this "
+                               f"server serves {served.summary()}, at {', '.join(routes)} (the "
+                               "playground at /, the API's schema at /openapi.json)")
+
     app.state.max_body_bytes = served.limits.max_body_bytes
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=served.limits.max_body_bytes)
     app.add_middleware(DeclaredBodyLimit, limit=served.limits.max_body_bytes)

@@ -2,14 +2,18 @@
 
     pygpt-serve --model out/onnx/ [--host 127.0.0.1 --port 8000]
 
-then open http://127.0.0.1:8000/ (the playground) or call the API (its schema: /docs):
+then open http://127.0.0.1:8000/ (the playground: it works offline) or call the API, whose
+schema is at /openapi.json (FastAPI's /docs page draws it, with scripts it loads from the
+internet):
 
     curl localhost:8000/v1/completions -H 'Content-Type: application/json' \\
-         -d '{"prompt": "ROMEO:", "max_tokens": 100, "temperature": 0.8, "stream": true}'
+         -d '{"model": "onnx", "prompt": "ROMEO:", "max_tokens": 100, "stream": true}'
 
 A GPT answers POST /v1/completions (OpenAI's API: its `openai` client works unchanged) and GET
 /v1/models; a BERT POST /v1/fill-mask or /v1/classify; a translator POST /v1/translate; every
-export GET /health. Requests that arrive together decode together; a full queue answers 503.
+export GET /health. The model is named after its folder (out/onnx/ serves "onnx", as the
+server says when it starts): a completion request's "model", which the `openai` client must
+pass, is that name. Requests that arrive together decode together; a full queue answers 503.
 Ctrl-C or SIGTERM stops the server cleanly: no new connections, open streams finish (up to
 --grace seconds, then they are closed), exit status 130 / 143. Needs the `serve` extra
 (FastAPI, uvicorn): pip install 'pygpt-runtime[serve]'."""
@@ -40,11 +44,21 @@ def _stop(signum: int, _frame) -> None:
 Checkpoints = tuple[str, Callable[[str, Any, Optional[int]], Any]]
 
 
+def serving(served: Any, host: str, port: int) -> str:
+    """The start-up line: what is served, where, and the name its requests give it."""
+    address = f"[{host}]" if ":" in host else host
+    line = f"serving {served.summary()} at http://{address}:{port}/"
+    if served.family.names_model:
+        line += f'; clients pass "model": "{served.name}"'
+    return line
+
+
 def parser(checkpoints: Optional[Checkpoints] = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pygpt-serve" if checkpoints is None else "pygpt.serve",
                                 description=__doc__, formatter_class=HelpFormatter)
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", help="the export folder (runner.json, *.onnx)")
+    source.add_argument("--model", help="the export folder (runner.json, *.onnx); its name is "
+                                        "the model's name in requests")
     if checkpoints is not None:
         source.add_argument("--ckpt", help=checkpoints[0])
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -102,6 +116,8 @@ def main(argv: Optional[list[str]] = None, checkpoints: Optional[Checkpoints] = 
                                      args.threads)
         except (ValueError, OSError, ImportError) as e:
             raise SystemExit(f"error: {e}") from None
+        print(f"pygpt-serve: {serving(served, args.host, args.port)}", file=sys.stderr,
+              flush=True)
         server = uvicorn.Server(uvicorn.Config(
             create_app(served), host=args.host, port=args.port, log_level=args.log_level,
             timeout_graceful_shutdown=args.grace))

@@ -66,6 +66,10 @@ class Served:
                                            f"most {self.limits.max_text_tokens}")
         return ids
 
+    def summary(self) -> str:
+        """What is served, in words: "onnx, a gpt model (generate)"."""
+        return f"{self.name}, a {self.family.name} model ({self.task})"
+
     def health(self) -> dict:
         return {"status": "ok", "model": self.name, "family": self.family.name,
                 "task": self.task, **({"labels": self.labels} if self.labels is not None else {}),
