@@ -1,14 +1,13 @@
 // CPU binding of pygpt.layer_norm and its backward: rows in parallel; the weight and bias
-// gradients are reduced in two stages (per-chunk partial sums, then one sum over chunks).
+// gradients are reduced in two stages (bindings/row_partials.h).
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include "bindings/checks.h"
 #include "bindings/layer_norm_args.h"
 #include "bindings/parallel_rows.h"
+#include "bindings/row_partials.h"
 #include "dispatch/cpu_dispatch.h"
 
 namespace pygpt {
@@ -55,31 +54,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cpu(
   TORCH_CHECK(mean_in.sizes() == row_shape && rstd_in.sizes() == row_shape, op,
               ": mean and rstd must have shape ", row_shape, ", got ", mean_in.sizes(), " and ",
               rstd_in.sizes());
-  const int64_t C = a.C, N = a.N;
-  const int64_t grain = row_grain(C);
-  const int64_t chunks =
-      std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), (N + grain - 1) / grain));
-  at::Tensor dweight_parts = at::zeros({weight_grad ? chunks : 0, C}, a.x.options());
-  at::Tensor dbias_parts = at::zeros({bias_grad ? chunks : 0, C}, a.x.options());
+  const RowPartials dweight(a.N, a.C, weight_grad, a.x.options());
+  const RowPartials dbias(a.N, a.C, bias_grad, a.x.options());
   AT_DISPATCH_FLOATING_TYPES(a.x.scalar_type(), "pygpt.layer_norm", [&] {
-    at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
-      for (int64_t c = chunk_begin; c < chunk_end; ++c) {
-        cpu::kernels<scalar_t>().layer_norm_backward(
-            a.grad_y.const_data_ptr<scalar_t>(), a.x.const_data_ptr<scalar_t>(),
-            data_or_null<scalar_t>(a.weight), a.mean.const_data_ptr<scalar_t>(),
-            a.rstd.const_data_ptr<scalar_t>(), a.out.data_ptr<scalar_t>(),
-            weight_grad ? dweight_parts.data_ptr<scalar_t>() + c * C : nullptr,
-            bias_grad ? dbias_parts.data_ptr<scalar_t>() + c * C : nullptr, C, N * c / chunks,
-            N * (c + 1) / chunks);
-      }
+    // Both partials split the rows alike (same N, C and thread count): one loop fills both.
+    dweight.for_chunks([&](int64_t begin, int64_t end, int64_t chunk) {
+      cpu::kernels<scalar_t>().layer_norm_backward(
+          a.grad_y.const_data_ptr<scalar_t>(), a.x.const_data_ptr<scalar_t>(),
+          data_or_null<scalar_t>(a.weight), a.mean.const_data_ptr<scalar_t>(),
+          a.rstd.const_data_ptr<scalar_t>(), a.out.data_ptr<scalar_t>(),
+          dweight.partial<scalar_t>(chunk), dbias.partial<scalar_t>(chunk), a.C, begin, end);
     });
   });
-  // Adds up the per-chunk partials (one chunk needs no sum); a gradient not asked for is empty.
-  const auto total = [&](const at::Tensor& parts) -> at::Tensor {
-    if (parts.size(0) == 0) return at::empty({0}, a.x.options());
-    return parts.size(0) == 1 ? parts.view({C}) : parts.sum(0);
-  };
-  return {a.out, total(dweight_parts), total(dbias_parts)};
+  return {a.out, dweight.total(), dbias.total()};
 }
 
 }  // namespace
