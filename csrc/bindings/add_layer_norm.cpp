@@ -1,6 +1,9 @@
-// pygpt.add_layer_norm, its home: the schemas of the op and of its backward, the op's argument
-// checks (add_layer_norm_args.h, for the CPU and CUDA bindings add_layer_norm_cpu.cpp and
-// add_layer_norm_cuda.cpp) and its autograd in C++ (autograd_support.h).
+// pygpt.add_layer_norm, its home: the schemas of the op and of its backward, their argument
+// checks and preparation (add_layer_norm_args.h, for the CPU and CUDA bindings
+// add_layer_norm_cpu.cpp and add_layer_norm_cuda.cpp) and the op's autograd in C++
+// (autograd_support.h).
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -11,12 +14,47 @@
 
 namespace pygpt {
 
-void check_add_layer_norm_args(const at::Tensor& x, const at::Tensor& residual,
-                               const std::optional<at::Tensor>& weight,
-                               const std::optional<at::Tensor>& bias, double eps, const char* op) {
+AddLayerNormArgs add_layer_norm_args(const at::Tensor& x, const at::Tensor& residual,
+                                     const std::optional<at::Tensor>& weight,
+                                     const std::optional<at::Tensor>& bias, double eps,
+                                     at::ScalarType stats_dtype, const char* op) {
   check_layer_norm_args(x, weight, bias, op);
   check_same_as_x(residual, "residual", x, op);
   TORCH_CHECK_VALUE(eps >= 0, op, ": eps must be non-negative, got ", eps);
+  AddLayerNormArgs a;
+  a.x = x.contiguous();
+  a.residual = residual.contiguous();
+  a.weight = contiguous_if_given(weight);
+  a.bias = contiguous_if_given(bias);
+  a.C = a.x.size(-1);
+  a.N = a.C > 0 ? a.x.numel() / a.C : 0;
+  a.sum = at::empty_like(a.x, at::MemoryFormat::Contiguous);
+  a.out = at::empty_like(a.sum);
+  a.mean = at::empty(a.x.sizes().slice(0, a.x.dim() - 1), a.x.options().dtype(stats_dtype));
+  a.rstd = at::empty_like(a.mean);
+  return a;
+}
+
+AddLayerNormArgs add_layer_norm_backward_args(const at::Tensor& grad_y,
+                                              const std::optional<at::Tensor>& grad_sum,
+                                              const at::Tensor& sum,
+                                              const std::optional<at::Tensor>& weight,
+                                              const at::Tensor& mean, const at::Tensor& rstd,
+                                              const char* op) {
+  check_layer_norm_args(sum, weight, std::nullopt, op);
+  check_same_as_x(grad_y, "grad_y", sum, op);
+  if (grad_sum.has_value()) check_same_as_x(*grad_sum, "grad_sum", sum, op);
+  AddLayerNormArgs a;
+  a.sum = sum.contiguous();
+  a.grad_y = grad_y.contiguous();
+  a.grad_sum = contiguous_if_given(grad_sum);
+  a.weight = contiguous_if_given(weight);
+  a.mean = mean.contiguous();
+  a.rstd = rstd.contiguous();
+  a.C = a.sum.size(-1);
+  a.N = a.C > 0 ? a.sum.numel() / a.C : 0;
+  a.out = at::empty_like(a.sum, at::MemoryFormat::Contiguous);
+  return a;
 }
 
 namespace {

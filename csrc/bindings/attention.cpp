@@ -1,7 +1,8 @@
 // pygpt.attention, its home: the schemas of the op and of its backward, their argument checks
-// (attention_args.h, for the CPU and CUDA bindings attention_cpu.cpp and attention_cuda.cpp) and
-// the op's autograd in C++ (autograd_support.h).
+// and outputs (attention_args.h, for the CPU and CUDA bindings attention_cpu.cpp and
+// attention_cuda.cpp) and the op's autograd in C++ (autograd_support.h).
 #include <ATen/ops/aminmax.h>
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -85,6 +86,22 @@ AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at:
   if (args.q_lengths.defined()) args.shape.q_lengths = args.q_lengths.const_data_ptr<int32_t>();
   if (args.kv_lengths.defined()) args.shape.kv_lengths = args.kv_lengths.const_data_ptr<int32_t>();
   return args;
+}
+
+AttentionOutputs attention_outputs(const AttentionShape& s, const at::Tensor& q,
+                                   at::ScalarType stats_dtype) {
+  AttentionOutputs o;
+  o.out = at::empty({s.B, s.H, s.Tq, s.Dv}, q.options());
+  o.lse = at::empty({s.B, s.H, s.Tq}, q.options().dtype(stats_dtype));
+  return o;
+}
+
+AttentionInputGrads attention_input_grads(const AttentionShape& s, const at::Tensor& q) {
+  AttentionInputGrads g;
+  g.dq = at::empty({s.B, s.H, s.Tq, s.Dk}, q.options());
+  g.dk = at::empty({s.B, s.H, s.Tk, s.Dk}, q.options());
+  g.dv = at::empty({s.B, s.H, s.Tk, s.Dv}, q.options());
+  return g;
 }
 
 namespace {

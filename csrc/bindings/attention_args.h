@@ -1,5 +1,5 @@
-// The argument checks of pygpt.attention and its backward (attention.cpp), shared by their CPU
-// and CUDA bindings.
+// The argument checks and the outputs of pygpt.attention and its backward (attention.cpp),
+// shared by their CPU and CUDA bindings.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -40,5 +40,20 @@ AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at:
                              const std::optional<at::Tensor>& kv_lengths,
                              const std::optional<at::Tensor>& rel_bias,
                              const std::optional<at::Tensor>& alibi_slopes, const char* op);
+
+// The forward's outputs, new: out (B, H, Tq, Dv) with q's dtype and device, and lse (B, H, Tq)
+// of stats_dtype (q's on the CPU, float32 on CUDA).
+struct AttentionOutputs {
+  at::Tensor out, lse;
+};
+AttentionOutputs attention_outputs(const AttentionShape& s, const at::Tensor& q,
+                                   at::ScalarType stats_dtype);
+
+// The backward's new gradients of q, k and v, (B, H, Tq, Dk), (B, H, Tk, Dk) and (B, H, Tk, Dv),
+// with q's dtype and device.
+struct AttentionInputGrads {
+  at::Tensor dq, dk, dv;
+};
+AttentionInputGrads attention_input_grads(const AttentionShape& s, const at::Tensor& q);
 
 }  // namespace pygpt

@@ -38,17 +38,16 @@ std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::
   const AttentionArgs args = attention_args(q, k, v, causal, scale, q_lengths, kv_lengths,
                                             rel_bias, alibi_slopes, op);
   const AttentionShape& s = args.shape;
-  at::Tensor out = at::empty({s.B, s.H, s.Tq, s.Dv}, q.options());
-  at::Tensor lse = at::empty({s.B, s.H, s.Tq}, q.options());
+  const AttentionOutputs o = attention_outputs(s, q, q.scalar_type());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "pygpt.attention", [&] {
     at::parallel_for(0, cpu::kernel_table().attention_forward_items(s), 1, [&](int64_t begin, int64_t end) {
       cpu::kernels<scalar_t>().attention_forward(s, view4<scalar_t>(q), view4<scalar_t>(k),
-                                       view4<scalar_t>(v), out.data_ptr<scalar_t>(),
-                                       lse.data_ptr<scalar_t>(), begin, end,
+                                       view4<scalar_t>(v), o.out.data_ptr<scalar_t>(),
+                                       o.lse.data_ptr<scalar_t>(), begin, end,
                                        args.bias<scalar_t>());
     });
   });
-  return {out, lse};
+  return {o.out, o.lse};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
@@ -72,9 +71,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention
   TORCH_CHECK(lse.sizes() == at::IntArrayRef({s.B, s.H, s.Tq}), op, ": lse must have shape (",
               s.B, ", ", s.H, ", ", s.Tq, "), got ", lse.sizes());
   const at::Tensor lse_c = lse.contiguous();
-  at::Tensor dq = at::empty({s.B, s.H, s.Tq, s.Dk}, q.options());
-  at::Tensor dk = at::empty({s.B, s.H, s.Tk, s.Dk}, q.options());
-  at::Tensor dv = at::empty({s.B, s.H, s.Tk, s.Dv}, q.options());
+  const AttentionInputGrads g = attention_input_grads(s, q);
   // The bias gradients per (batch, head), summed over the batch below; (0,): no such input.
   const int64_t width = args.rel_bias.defined() ? args.rel_bias.size(1) : 0;
   at::Tensor dtable = at::empty({s.B, s.H, width}, q.options());
@@ -83,12 +80,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention
     at::parallel_for(0, cpu::kernel_table().attention_backward_items(s), 1, [&](int64_t begin, int64_t end) {
       cpu::kernels<scalar_t>().attention_backward(
           s, view4<scalar_t>(q), view4<scalar_t>(k), view4<scalar_t>(v), view4<scalar_t>(out),
-          view4<scalar_t>(grad_out), lse_c.const_data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
-          dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), begin, end, args.bias<scalar_t>(),
+          view4<scalar_t>(grad_out), lse_c.const_data_ptr<scalar_t>(), g.dq.data_ptr<scalar_t>(),
+          g.dk.data_ptr<scalar_t>(), g.dv.data_ptr<scalar_t>(), begin, end, args.bias<scalar_t>(),
           dtable.data_ptr<scalar_t>(), dslopes.data_ptr<scalar_t>());
     });
   });
-  return {dq, dk, dv, bias_grad(dtable, args.rel_bias), bias_grad(dslopes, args.alibi_slopes)};
+  return {g.dq, g.dk, g.dv, bias_grad(dtable, args.rel_bias),
+          bias_grad(dslopes, args.alibi_slopes)};
 }
 
 }  // namespace

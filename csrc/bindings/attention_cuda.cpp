@@ -43,13 +43,12 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
   const AttentionShape& s = args.shape;
   const c10::cuda::CUDAGuard guard(q.device());
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-  at::Tensor out = at::empty({s.B, s.H, s.Tq, s.Dv}, q.options());
-  at::Tensor lse = at::empty({s.B, s.H, s.Tq}, q.options().dtype(at::kFloat));
+  const AttentionOutputs o = attention_outputs(s, q, at::kFloat);
   C10_CUDA_CHECK(cuda::attention_forward(s, cuda_dtype(q), qc.const_data_ptr(), kc.const_data_ptr(),
-                                         vc.const_data_ptr(), out.data_ptr(),
-                                         lse.data_ptr<float>(), current_stream(),
+                                         vc.const_data_ptr(), o.out.data_ptr(),
+                                         o.lse.data_ptr<float>(), current_stream(),
                                          args.bias<float>()));
-  return {out, lse};
+  return {o.out, o.lse};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
@@ -73,9 +72,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention
   const c10::cuda::CUDAGuard guard(q.device());
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   const at::Tensor oc = out.contiguous(), gc = grad_out.contiguous(), lc = lse.contiguous();
-  at::Tensor dq = at::empty({s.B, s.H, s.Tq, s.Dk}, q.options());
-  at::Tensor dk = at::empty({s.B, s.H, s.Tk, s.Dk}, q.options());
-  at::Tensor dv = at::empty({s.B, s.H, s.Tk, s.Dv}, q.options());
+  const AttentionInputGrads g = attention_input_grads(s, q);
   at::Tensor scratch = workspace(cuda::attention_backward_workspace_bytes(s), q);
   // The bias gradients, accumulated atomically in float32: (0,) without that input.
   const auto f32 = q.options().dtype(at::kFloat);
@@ -85,10 +82,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention
   at::Tensor dtable = zeros_or_empty(args.rel_bias), dslopes = zeros_or_empty(args.alibi_slopes);
   C10_CUDA_CHECK(cuda::attention_backward(
       s, cuda_dtype(q), qc.const_data_ptr(), kc.const_data_ptr(), vc.const_data_ptr(),
-      oc.const_data_ptr(), gc.const_data_ptr(), lc.const_data_ptr<float>(), dq.data_ptr(),
-      dk.data_ptr(), dv.data_ptr(), scratch.data_ptr(), current_stream(), args.bias<float>(),
+      oc.const_data_ptr(), gc.const_data_ptr(), lc.const_data_ptr<float>(), g.dq.data_ptr(),
+      g.dk.data_ptr(), g.dv.data_ptr(), scratch.data_ptr(), current_stream(), args.bias<float>(),
       dtable.data_ptr<float>(), dslopes.data_ptr<float>()));
-  return {dq, dk, dv, dtable.to(q.scalar_type()), dslopes.to(q.scalar_type())};
+  return {g.dq, g.dk, g.dv, dtable.to(q.scalar_type()), dslopes.to(q.scalar_type())};
 }
 
 }  // namespace

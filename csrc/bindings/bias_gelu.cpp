@@ -1,6 +1,7 @@
 // pygpt.bias_gelu, its home: the schemas of the op and of its backward, their argument checks
-// (bias_gelu_args.h, for the CPU and CUDA bindings bias_gelu_cpu.cpp and bias_gelu_cuda.cpp) and
-// the op's autograd in C++ (autograd_support.h).
+// and preparation (bias_gelu_args.h, for the CPU and CUDA bindings bias_gelu_cpu.cpp and
+// bias_gelu_cuda.cpp) and the op's autograd in C++ (autograd_support.h).
+#include <ATen/ops/empty_like.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -10,19 +11,42 @@
 
 namespace pygpt {
 
-void check_bias_gelu_args(const at::Tensor& x, const at::Tensor& bias, const char* op) {
-  TORCH_CHECK(x.dim() >= 1, op, ": x must have at least one dimension");
-  const int64_t C = x.size(-1);
-  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == C, op, ": bias must have shape (", C,
-              ",) to match x's last dimension, got ", bias.sizes());
-  check_matches(bias, "bias", x, "x", op);
-}
+namespace {
 
+// The GELU F.gelu's `approximate` names: "none" (exact) or "tanh"; anything else is refused.
 GeluApproximation gelu_approximation(c10::string_view approximate, const char* op) {
   if (approximate == "none") return GeluApproximation::kNone;
   TORCH_CHECK(approximate == "tanh", op, ": approximate must be 'none' or 'tanh', got '",
               approximate, "'");
   return GeluApproximation::kTanh;
+}
+
+}  // namespace
+
+BiasGeluArgs bias_gelu_args(const at::Tensor& x, const at::Tensor& bias,
+                            c10::string_view approximate, const char* op) {
+  TORCH_CHECK(x.dim() >= 1, op, ": x must have at least one dimension");
+  const int64_t C = x.size(-1);
+  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == C, op, ": bias must have shape (", C,
+              ",) to match x's last dimension, got ", bias.sizes());
+  check_matches(bias, "bias", x, "x", op);
+  BiasGeluArgs a;
+  a.gelu = gelu_approximation(approximate, op);
+  a.x = x.contiguous();
+  a.bias = bias.contiguous();
+  a.C = C;
+  a.N = C > 0 ? a.x.numel() / C : 0;
+  a.out = at::empty_like(a.x, at::MemoryFormat::Contiguous);
+  return a;
+}
+
+BiasGeluArgs bias_gelu_backward_args(const at::Tensor& grad_y, const at::Tensor& x,
+                                     const at::Tensor& bias, c10::string_view approximate,
+                                     const char* op) {
+  BiasGeluArgs a = bias_gelu_args(x, bias, approximate, op);
+  check_same_as_x(grad_y, "grad_y", x, op);
+  a.grad_y = grad_y.contiguous();
+  return a;
 }
 
 namespace {

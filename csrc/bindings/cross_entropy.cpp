@@ -1,6 +1,7 @@
 // pygpt.cross_entropy, its home: the schemas of the op and of its backward, their argument checks
-// (cross_entropy_args.h, for the CPU and CUDA bindings cross_entropy_cpu.cpp and
+// and preparation (cross_entropy_args.h, for the CPU and CUDA bindings cross_entropy_cpu.cpp and
 // cross_entropy_cuda.cpp) and the op's autograd in C++ (autograd_support.h).
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -8,8 +9,11 @@
 #include "bindings/cross_entropy_args.h"
 
 namespace pygpt {
+namespace {
 
-void check_cross_entropy_args(const at::Tensor& logits, const at::Tensor& targets,
+// What the forward and the backward check and prepare alike: logits with unit column stride,
+// targets contiguous, and the sizes.
+CrossEntropyArgs checked_rows(const at::Tensor& logits, const at::Tensor& targets,
                               double label_smoothing, const char* op) {
   TORCH_CHECK(logits.dim() == 2, op, ": logits must be 2-D (N, V), got shape ", logits.sizes());
   TORCH_CHECK(targets.dim() == 1, op, ": targets must be 1-D (N,), got shape ", targets.sizes());
@@ -21,6 +25,31 @@ void check_cross_entropy_args(const at::Tensor& logits, const at::Tensor& target
               " entries but logits has ", logits.size(0), " rows");
   TORCH_CHECK_VALUE(label_smoothing >= 0.0 && label_smoothing <= 1.0, op,
                     ": label_smoothing must be a finite number in [0, 1], got ", label_smoothing);
+  CrossEntropyArgs a;
+  a.logits = logits.stride(1) == 1 ? logits : logits.contiguous();
+  a.targets = targets.contiguous();
+  a.N = a.logits.size(0);
+  a.V = a.logits.size(1);
+  return a;
+}
+
+}  // namespace
+
+CrossEntropyArgs cross_entropy_args(const at::Tensor& logits, const at::Tensor& targets,
+                                    double label_smoothing, at::ScalarType stats_dtype,
+                                    const char* op) {
+  CrossEntropyArgs a = checked_rows(logits, targets, label_smoothing, op);
+  a.lse = at::empty({a.N}, a.logits.options().dtype(stats_dtype));
+  return a;
+}
+
+CrossEntropyArgs cross_entropy_backward_args(const at::Tensor& logits, const at::Tensor& targets,
+                                             const at::Tensor& lse, double label_smoothing,
+                                             const char* op) {
+  CrossEntropyArgs a = checked_rows(logits, targets, label_smoothing, op);
+  a.lse = lse.contiguous();
+  a.grad_logits = at::empty({a.N, a.V}, a.logits.options());
+  return a;
 }
 
 namespace {

@@ -22,29 +22,23 @@ void check_targets(const at::Tensor& targets, int64_t V, int64_t ignore_index, c
   }
 }
 
-at::Tensor unit_column_stride(const at::Tensor& logits) {
-  return logits.stride(1) == 1 ? logits : logits.contiguous();
-}
-
 std::tuple<at::Tensor, at::Tensor> cross_entropy_cuda(const at::Tensor& logits_in,
                                                       const at::Tensor& targets_in,
                                                       int64_t ignore_index,
                                                       double label_smoothing) {
   const char* op = "pygpt.cross_entropy";
   check_cuda_float(logits_in, op, "logits");
-  check_cross_entropy_args(logits_in, targets_in, label_smoothing, op);
   const c10::cuda::CUDAGuard guard(logits_in.device());
-  const at::Tensor logits = unit_column_stride(logits_in), targets = targets_in.contiguous();
-  const int64_t N = logits.size(0), V = logits.size(1);
-  check_targets(targets, V, ignore_index, op);
-  at::Tensor lse = at::empty({N}, logits.options().dtype(at::kFloat));
-  at::Tensor loss = at::empty({}, logits.options().dtype(at::kFloat));
-  at::Tensor scratch = workspace(cuda::cross_entropy_workspace_bytes(N), logits);
+  const CrossEntropyArgs a =
+      cross_entropy_args(logits_in, targets_in, label_smoothing, at::kFloat, op);
+  check_targets(a.targets, a.V, ignore_index, op);
+  at::Tensor loss = at::empty({}, a.logits.options().dtype(at::kFloat));
+  at::Tensor scratch = workspace(cuda::cross_entropy_workspace_bytes(a.N), a.logits);
   C10_CUDA_CHECK(cuda::cross_entropy_forward(
-      cuda_dtype(logits), logits.const_data_ptr(), logits.stride(0),
-      targets.const_data_ptr<int64_t>(), N, V, ignore_index, label_smoothing,
-      lse.data_ptr<float>(), loss.data_ptr<float>(), scratch.data_ptr(), current_stream()));
-  return {loss.to(logits.scalar_type()), lse};
+      cuda_dtype(a.logits), a.logits.const_data_ptr(), a.logits.stride(0),
+      a.targets.const_data_ptr<int64_t>(), a.N, a.V, ignore_index, label_smoothing,
+      a.lse.data_ptr<float>(), loss.data_ptr<float>(), scratch.data_ptr(), current_stream()));
+  return {loss.to(a.logits.scalar_type()), a.lse};
 }
 
 at::Tensor cross_entropy_backward_cuda(const at::Tensor& grad_loss, const at::Tensor& logits_in,
@@ -52,25 +46,23 @@ at::Tensor cross_entropy_backward_cuda(const at::Tensor& grad_loss, const at::Te
                                        int64_t ignore_index, double label_smoothing) {
   const char* op = "pygpt.cross_entropy_backward";
   check_cuda_float(logits_in, op, "logits");
-  check_cross_entropy_args(logits_in, targets_in, label_smoothing, op);
+  const c10::cuda::CUDAGuard guard(logits_in.device());
+  const CrossEntropyArgs a =
+      cross_entropy_backward_args(logits_in, targets_in, lse, label_smoothing, op);
   check_matches(grad_loss, "grad_loss", logits_in, "logits", op);
   TORCH_CHECK(grad_loss.numel() == 1, op, ": grad_loss must hold one value, got shape ",
               grad_loss.sizes());
   TORCH_CHECK(lse.device() == logits_in.device() && lse.scalar_type() == at::kFloat &&
                   lse.dim() == 1 && lse.size(0) == logits_in.size(0),
               op, ": lse must be a float32 tensor of shape (", logits_in.size(0), ",)");
-  const c10::cuda::CUDAGuard guard(logits_in.device());
-  const at::Tensor logits = unit_column_stride(logits_in), targets = targets_in.contiguous();
-  const at::Tensor grad = grad_loss.to(at::kFloat).contiguous(), lse_c = lse.contiguous();
-  const int64_t N = logits.size(0), V = logits.size(1);
-  at::Tensor grad_logits = at::empty({N, V}, logits.options());
-  at::Tensor scratch = workspace(cuda::cross_entropy_workspace_bytes(N), logits);
+  const at::Tensor grad = grad_loss.to(at::kFloat).contiguous();
+  at::Tensor scratch = workspace(cuda::cross_entropy_workspace_bytes(a.N), a.logits);
   C10_CUDA_CHECK(cuda::cross_entropy_backward(
-      cuda_dtype(logits), logits.const_data_ptr(), logits.stride(0),
-      targets.const_data_ptr<int64_t>(), lse_c.const_data_ptr<float>(), grad.const_data_ptr<float>(),
-      N, V, ignore_index, label_smoothing, grad_logits.data_ptr(), scratch.data_ptr(),
-      current_stream()));
-  return grad_logits;
+      cuda_dtype(a.logits), a.logits.const_data_ptr(), a.logits.stride(0),
+      a.targets.const_data_ptr<int64_t>(), a.lse.const_data_ptr<float>(),
+      grad.const_data_ptr<float>(), a.N, a.V, ignore_index, label_smoothing,
+      a.grad_logits.data_ptr(), scratch.data_ptr(), current_stream()));
+  return a.grad_logits;
 }
 
 }  // namespace

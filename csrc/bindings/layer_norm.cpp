@@ -1,6 +1,8 @@
 // pygpt.layer_norm, its home: the schemas of the op and of its backward, their argument checks
-// (layer_norm_args.h, for the CPU and CUDA bindings layer_norm_cpu.cpp and layer_norm_cuda.cpp)
-// and the op's autograd in C++ (autograd_support.h).
+// and preparation (layer_norm_args.h, for the CPU and CUDA bindings layer_norm_cpu.cpp and
+// layer_norm_cuda.cpp) and the op's autograd in C++ (autograd_support.h).
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -21,6 +23,46 @@ void check_layer_norm_args(const at::Tensor& x, const std::optional<at::Tensor>&
                 ",) to match x's last dimension, got ", p.sizes());
     check_matches(p, name, x, "x", op);
   }
+}
+
+namespace {
+
+// What the forward and the backward check and prepare alike: check_layer_norm_args's checks,
+// then x, weight and bias contiguous, the sizes, and out like x.
+LayerNormArgs checked_rows(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                           const std::optional<at::Tensor>& bias, const char* op) {
+  check_layer_norm_args(x, weight, bias, op);
+  LayerNormArgs a;
+  a.x = x.contiguous();
+  a.weight = contiguous_if_given(weight);
+  a.bias = contiguous_if_given(bias);
+  a.C = a.x.size(-1);
+  a.N = a.C > 0 ? a.x.numel() / a.C : 0;
+  a.out = at::empty_like(a.x);
+  return a;
+}
+
+}  // namespace
+
+LayerNormArgs layer_norm_args(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                              const std::optional<at::Tensor>& bias, double eps,
+                              at::ScalarType stats_dtype, const char* op) {
+  LayerNormArgs a = checked_rows(x, weight, bias, op);
+  TORCH_CHECK_VALUE(eps >= 0, op, ": eps must be non-negative, got ", eps);
+  a.mean = at::empty(a.x.sizes().slice(0, a.x.dim() - 1), a.x.options().dtype(stats_dtype));
+  a.rstd = at::empty_like(a.mean);
+  return a;
+}
+
+LayerNormArgs layer_norm_backward_args(const at::Tensor& grad_y, const at::Tensor& x,
+                                       const std::optional<at::Tensor>& weight,
+                                       const at::Tensor& mean, const at::Tensor& rstd,
+                                       const char* op) {
+  LayerNormArgs a = checked_rows(x, weight, std::nullopt, op);
+  a.grad_y = grad_y.contiguous();
+  a.mean = mean.contiguous();
+  a.rstd = rstd.contiguous();
+  return a;
 }
 
 namespace {

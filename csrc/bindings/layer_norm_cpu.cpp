@@ -1,15 +1,13 @@
 // CPU binding of pygpt.layer_norm and its backward: rows in parallel; the weight and bias
-// gradients are reduced in two stages (per-chunk partial sums, then one sum over chunks).
+// gradients are reduced in two stages (bindings/row_partials.h).
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
-#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include "bindings/checks.h"
 #include "bindings/layer_norm_args.h"
 #include "bindings/parallel_rows.h"
+#include "bindings/row_partials.h"
 #include "dispatch/cpu_dispatch.h"
 
 namespace pygpt {
@@ -20,32 +18,22 @@ const T* data_or_null(const std::optional<at::Tensor>& t) {
   return t.has_value() ? t->const_data_ptr<T>() : nullptr;
 }
 
-std::optional<at::Tensor> contiguous(const std::optional<at::Tensor>& t) {
-  return t.has_value() ? std::optional<at::Tensor>(t->contiguous()) : std::nullopt;
-}
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cpu(
     const at::Tensor& x_in, const std::optional<at::Tensor>& weight_in,
     const std::optional<at::Tensor>& bias_in, double eps) {
   const char* op = "pygpt.layer_norm";
   check_cpu_float(x_in, op, "x");
-  check_layer_norm_args(x_in, weight_in, bias_in, op);
-  TORCH_CHECK_VALUE(eps >= 0, op, ": eps must be non-negative, got ", eps);
-  const at::Tensor x = x_in.contiguous();
-  const auto weight = contiguous(weight_in), bias = contiguous(bias_in);
-  const int64_t C = x.size(-1), N = C > 0 ? x.numel() / C : 0;
-  at::Tensor y = at::empty_like(x);
-  at::Tensor mean = at::empty(x.sizes().slice(0, x.dim() - 1), x.options());
-  at::Tensor rstd = at::empty_like(mean);
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "pygpt.layer_norm", [&] {
-    at::parallel_for(0, N, row_grain(C), [&](int64_t begin, int64_t end) {
-      cpu::kernels<scalar_t>().layer_norm_forward(x.const_data_ptr<scalar_t>(), data_or_null<scalar_t>(weight),
-                                        data_or_null<scalar_t>(bias), y.data_ptr<scalar_t>(),
-                                        mean.data_ptr<scalar_t>(), rstd.data_ptr<scalar_t>(), C,
-                                        eps, begin, end);
+  const LayerNormArgs a =
+      layer_norm_args(x_in, weight_in, bias_in, eps, x_in.scalar_type(), op);
+  AT_DISPATCH_FLOATING_TYPES(a.x.scalar_type(), "pygpt.layer_norm", [&] {
+    at::parallel_for(0, a.N, row_grain(a.C), [&](int64_t begin, int64_t end) {
+      cpu::kernels<scalar_t>().layer_norm_forward(
+          a.x.const_data_ptr<scalar_t>(), data_or_null<scalar_t>(a.weight),
+          data_or_null<scalar_t>(a.bias), a.out.data_ptr<scalar_t>(), a.mean.data_ptr<scalar_t>(),
+          a.rstd.data_ptr<scalar_t>(), a.C, eps, begin, end);
     });
   });
-  return {y, mean, rstd};
+  return {a.out, a.mean, a.rstd};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cpu(
@@ -54,7 +42,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cpu(
     const at::Tensor& rstd_in, bool weight_grad, bool bias_grad) {
   const char* op = "pygpt.layer_norm_backward";
   check_cpu_float(x_in, op, "x");
-  check_layer_norm_args(x_in, weight_in, std::nullopt, op);
+  const LayerNormArgs a =
+      layer_norm_backward_args(grad_y_in, x_in, weight_in, mean_in, rstd_in, op);
   for (const auto& [t, name] : {std::pair{&grad_y_in, "grad_y"}, std::pair{&mean_in, "mean"},
                                 std::pair{&rstd_in, "rstd"}}) {
     check_matches(*t, name, x_in, "x", op);
@@ -65,35 +54,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cpu(
   TORCH_CHECK(mean_in.sizes() == row_shape && rstd_in.sizes() == row_shape, op,
               ": mean and rstd must have shape ", row_shape, ", got ", mean_in.sizes(), " and ",
               rstd_in.sizes());
-  const at::Tensor x = x_in.contiguous(), grad_y = grad_y_in.contiguous();
-  const at::Tensor mean = mean_in.contiguous(), rstd = rstd_in.contiguous();
-  const auto weight = contiguous(weight_in);
-  const int64_t C = x.size(-1), N = C > 0 ? x.numel() / C : 0;
-  const int64_t grain = row_grain(C);
-  const int64_t chunks =
-      std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), (N + grain - 1) / grain));
-  at::Tensor dx = at::empty_like(x);
-  at::Tensor dweight_parts = at::zeros({weight_grad ? chunks : 0, C}, x.options());
-  at::Tensor dbias_parts = at::zeros({bias_grad ? chunks : 0, C}, x.options());
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "pygpt.layer_norm", [&] {
-    at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
-      for (int64_t c = chunk_begin; c < chunk_end; ++c) {
-        cpu::kernels<scalar_t>().layer_norm_backward(
-            grad_y.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(),
-            data_or_null<scalar_t>(weight), mean.const_data_ptr<scalar_t>(),
-            rstd.const_data_ptr<scalar_t>(), dx.data_ptr<scalar_t>(),
-            weight_grad ? dweight_parts.data_ptr<scalar_t>() + c * C : nullptr,
-            bias_grad ? dbias_parts.data_ptr<scalar_t>() + c * C : nullptr, C, N * c / chunks,
-            N * (c + 1) / chunks);
-      }
+  const RowPartials dweight(a.N, a.C, weight_grad, a.x.options());
+  const RowPartials dbias(a.N, a.C, bias_grad, a.x.options());
+  AT_DISPATCH_FLOATING_TYPES(a.x.scalar_type(), "pygpt.layer_norm", [&] {
+    // Both partials split the rows alike (same N, C and thread count): one loop fills both.
+    dweight.for_chunks([&](int64_t begin, int64_t end, int64_t chunk) {
+      cpu::kernels<scalar_t>().layer_norm_backward(
+          a.grad_y.const_data_ptr<scalar_t>(), a.x.const_data_ptr<scalar_t>(),
+          data_or_null<scalar_t>(a.weight), a.mean.const_data_ptr<scalar_t>(),
+          a.rstd.const_data_ptr<scalar_t>(), a.out.data_ptr<scalar_t>(),
+          dweight.partial<scalar_t>(chunk), dbias.partial<scalar_t>(chunk), a.C, begin, end);
     });
   });
-  // Adds up the per-chunk partials (one chunk needs no sum); a gradient not asked for is empty.
-  const auto total = [&](const at::Tensor& parts) -> at::Tensor {
-    if (parts.size(0) == 0) return at::empty({0}, x.options());
-    return parts.size(0) == 1 ? parts.view({C}) : parts.sum(0);
-  };
-  return {dx, total(dweight_parts), total(dbias_parts)};
+  return {a.out, dweight.total(), dbias.total()};
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 // CUDA binding of pygpt.layer_norm and its backward. mean and rstd are float32 on CUDA.
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
 #include "bindings/checks.h"
@@ -15,29 +14,18 @@ const void* data_or_null(const std::optional<at::Tensor>& t) {
   return t.has_value() ? t->const_data_ptr() : nullptr;
 }
 
-std::optional<at::Tensor> contiguous(const std::optional<at::Tensor>& t) {
-  return t.has_value() ? std::optional<at::Tensor>(t->contiguous()) : std::nullopt;
-}
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda(
     const at::Tensor& x_in, const std::optional<at::Tensor>& weight_in,
     const std::optional<at::Tensor>& bias_in, double eps) {
   const char* op = "pygpt.layer_norm";
   check_cuda_float(x_in, op, "x");
-  check_layer_norm_args(x_in, weight_in, bias_in, op);
-  TORCH_CHECK_VALUE(eps >= 0, op, ": eps must be non-negative, got ", eps);
   const c10::cuda::CUDAGuard guard(x_in.device());
-  const at::Tensor x = x_in.contiguous();
-  const auto weight = contiguous(weight_in), bias = contiguous(bias_in);
-  const int64_t C = x.size(-1), N = C > 0 ? x.numel() / C : 0;
-  at::Tensor y = at::empty_like(x);
-  at::Tensor mean = at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(at::kFloat));
-  at::Tensor rstd = at::empty_like(mean);
-  C10_CUDA_CHECK(cuda::layer_norm_forward(cuda_dtype(x), x.const_data_ptr(), data_or_null(weight),
-                                          data_or_null(bias), y.data_ptr(),
-                                          mean.data_ptr<float>(), rstd.data_ptr<float>(), N, C,
-                                          eps, current_stream()));
-  return {y, mean, rstd};
+  const LayerNormArgs a = layer_norm_args(x_in, weight_in, bias_in, eps, at::kFloat, op);
+  C10_CUDA_CHECK(cuda::layer_norm_forward(
+      cuda_dtype(a.x), a.x.const_data_ptr(), data_or_null(a.weight), data_or_null(a.bias),
+      a.out.data_ptr(), a.mean.data_ptr<float>(), a.rstd.data_ptr<float>(), a.N, a.C, eps,
+      current_stream()));
+  return {a.out, a.mean, a.rstd};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cuda(
@@ -46,7 +34,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cuda(
     const at::Tensor& rstd_in, bool weight_grad, bool bias_grad) {
   const char* op = "pygpt.layer_norm_backward";
   check_cuda_float(x_in, op, "x");
-  check_layer_norm_args(x_in, weight_in, std::nullopt, op);
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const LayerNormArgs a =
+      layer_norm_backward_args(grad_y_in, x_in, weight_in, mean_in, rstd_in, op);
   check_matches(grad_y_in, "grad_y", x_in, "x", op);
   TORCH_CHECK(grad_y_in.sizes() == x_in.sizes(), op, ": grad_y must have x's shape ",
               x_in.sizes(), ", got ", grad_y_in.sizes());
@@ -57,21 +47,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cuda(
                 op, ": ", name, " must be a float32 tensor of shape ", row_shape, " on ",
                 x_in.device());
   }
-  const c10::cuda::CUDAGuard guard(x_in.device());
-  const at::Tensor x = x_in.contiguous(), grad_y = grad_y_in.contiguous();
-  const at::Tensor mean = mean_in.contiguous(), rstd = rstd_in.contiguous();
-  const auto weight = contiguous(weight_in);
-  const int64_t C = x.size(-1), N = C > 0 ? x.numel() / C : 0;
-  at::Tensor dx = at::empty_like(x);
-  at::Tensor dweight = at::empty({weight_grad ? C : 0}, x.options());
-  at::Tensor dbias = at::empty({bias_grad ? C : 0}, x.options());
-  at::Tensor scratch = workspace(cuda::layer_norm_backward_workspace_bytes(N, C), x);
+  at::Tensor dweight = at::empty({weight_grad ? a.C : 0}, a.x.options());
+  at::Tensor dbias = at::empty({bias_grad ? a.C : 0}, a.x.options());
+  at::Tensor scratch = workspace(cuda::layer_norm_backward_workspace_bytes(a.N, a.C), a.x);
   C10_CUDA_CHECK(cuda::layer_norm_backward(
-      cuda_dtype(x), grad_y.const_data_ptr(), x.const_data_ptr(), data_or_null(weight),
-      mean.const_data_ptr<float>(), rstd.const_data_ptr<float>(), dx.data_ptr(),
-      weight_grad ? dweight.data_ptr() : nullptr, bias_grad ? dbias.data_ptr() : nullptr, N, C,
-      scratch.data_ptr(), current_stream()));
-  return {dx, dweight, dbias};
+      cuda_dtype(a.x), a.grad_y.const_data_ptr(), a.x.const_data_ptr(), data_or_null(a.weight),
+      a.mean.const_data_ptr<float>(), a.rstd.const_data_ptr<float>(), a.out.data_ptr(),
+      weight_grad ? dweight.data_ptr() : nullptr, bias_grad ? dbias.data_ptr() : nullptr, a.N,
+      a.C, scratch.data_ptr(), current_stream()));
+  return {a.out, dweight, dbias};
 }
 
 }  // namespace

@@ -10,12 +10,36 @@
 namespace pygpt::cpu {
 namespace {
 
+// This ISA's kernels of one element type, each pointer assigned to its member by name (the
+// build is C++17, which has no designated initialisers), so reordering KernelSet's members
+// cannot hand one member another's kernel.
 template <typename T>
 constexpr KernelSet<T> kernel_set() {
-  return {&attention_forward<T>, &attention_backward<T>, &layer_norm_forward<T>,
-          &layer_norm_backward<T>, &cross_entropy_forward<T>, &cross_entropy_backward<T>,
-          &rotary<T>, &bias_gelu_forward<T>, &bias_gelu_backward<T>,
-          &add_layer_norm_forward<T>, &add_layer_norm_backward<T>};
+  KernelSet<T> set{};
+  set.attention_forward = &attention_forward<T>;
+  set.attention_backward = &attention_backward<T>;
+  set.layer_norm_forward = &layer_norm_forward<T>;
+  set.layer_norm_backward = &layer_norm_backward<T>;
+  set.cross_entropy_forward = &cross_entropy_forward<T>;
+  set.cross_entropy_backward = &cross_entropy_backward<T>;
+  set.rotary = &rotary<T>;
+  set.bias_gelu_forward = &bias_gelu_forward<T>;
+  set.bias_gelu_backward = &bias_gelu_backward<T>;
+  set.add_layer_norm_forward = &add_layer_norm_forward<T>;
+  set.add_layer_norm_backward = &add_layer_norm_backward<T>;
+  return set;
+}
+
+// This ISA's table, each member assigned by name as in kernel_set. constexpr, so the table is
+// constant-initialised (no code runs at load time to fill it).
+constexpr KernelTable kernel_table_of_this_isa() {
+  KernelTable table{};
+  table.isa = PYGPT_STRING(PYGPT_CPU_ISA);
+  table.attention_forward_items = &attention_forward_items;
+  table.attention_backward_items = &attention_backward_items;
+  table.f32 = kernel_set<float>();
+  table.f64 = kernel_set<double>();
+  return table;
 }
 
 }  // namespace
@@ -23,8 +47,6 @@ constexpr KernelSet<T> kernel_set() {
 
 extern "C" {
 extern const pygpt::cpu::KernelTable PYGPT_JOIN(pygpt_cpu_kernels_, PYGPT_CPU_ISA);
-const pygpt::cpu::KernelTable PYGPT_JOIN(pygpt_cpu_kernels_, PYGPT_CPU_ISA) = {
-    PYGPT_STRING(PYGPT_CPU_ISA), &pygpt::cpu::attention_forward_items,
-    &pygpt::cpu::attention_backward_items, pygpt::cpu::kernel_set<float>(),
-    pygpt::cpu::kernel_set<double>()};
+const pygpt::cpu::KernelTable PYGPT_JOIN(pygpt_cpu_kernels_, PYGPT_CPU_ISA) =
+    pygpt::cpu::kernel_table_of_this_isa();
 }
