@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pygpt.config import ARCHS
+from pygpt.serve.checkpoint import OPENERS
 from pygpt_runtime import command
 from pygpt_runtime.families import FAMILIES, Family, Task, count, load
 from pygpt_runtime.runner_config import read_config
@@ -22,7 +23,9 @@ def test_every_part_the_table_names_exists(name):
 
 
 def test_the_runtime_runs_pygpts_families():
-    assert set(FAMILIES) == set(ARCHS)
+    """The runtime's families are pygpt's, and each can be served from a checkpoint too (the
+    opener pygpt.serve.checkpoint registers for it)."""
+    assert set(FAMILIES) == set(ARCHS) == set(OPENERS)
 
 
 def write_runner_json(folder: Path, **fields) -> Path:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
+from pygpt.config import ARCHS
 from pygpt.serve.attention import ServedAttention, attention_router
 from pygpt.serve.gpt_worker import open_gpt
 from pygpt.serve.torch_tasks import open_bert, open_translator
@@ -32,7 +33,7 @@ from pygpt_runtime.serve.served import Limits, Served
 # has several, "labels").
 Opener = Callable[[str, nn.Module, Tokenizer, threading.Lock, Limits], tuple[Any, Any, dict]]
 OPENERS: dict[str, Opener] = {"gpt": open_gpt, "bert": open_bert, "seq2seq": open_translator}
-assert set(OPENERS) == set(FAMILIES), "every family the runtime serves has its opener here"
+assert set(OPENERS) == set(ARCHS), "every pygpt family has its opener here"
 
 
 def open_checkpoint(ckpt: str, limits: Limits, threads: Optional[int] = None) -> Served:
