@@ -40,8 +40,12 @@ LAYERS = [
 ]
 SOFT_MAX_LINES = 300  # past it, split the file by concern or list it in LONGER with why
 HARD_MAX_LINES = 450
-# Modules longer than SOFT_MAX_LINES that are one concern, with the reason.
-LONGER: dict[str, str] = {}
+# Modules (pygpt's and the runtime's) longer than SOFT_MAX_LINES that are one concern, and why.
+LONGER: dict[str, str] = {
+    "pygpt_runtime.run_onnx": "a GPT export run end to end: its graph calls, the batched rows "
+                              "and their caches, the generation loop and pygpt-run's GPT "
+                              "command, which prints what that loop yields",
+}
 
 
 def module_name(path: Path) -> str:
@@ -129,21 +133,26 @@ def test_no_import_cycles():
     assert not cycle, "import cycle: " + " -> ".join(cycle)
 
 
+RUNTIME = REPO / "export" / "pygpt_runtime"
+SIZED = {**MODULES, **{".".join(p.relative_to(RUNTIME.parent).with_suffix("").parts): p
+                       for p in sorted(RUNTIME.rglob("*.py"))}}
+
+
 def lines_of(name: str) -> int:
-    return len(MODULES[name].read_text(encoding="utf-8").splitlines())
+    return len(SIZED[name].read_text(encoding="utf-8").splitlines())
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
+@pytest.mark.parametrize("name", sorted(SIZED))
 def test_file_is_small_or_says_why_not(name):
     lines = lines_of(name)
-    assert lines <= HARD_MAX_LINES, f"{MODULES[name]} has {lines} lines; split it by concern"
+    assert lines <= HARD_MAX_LINES, f"{SIZED[name]} has {lines} lines; split it by concern"
     assert lines <= SOFT_MAX_LINES or name in LONGER, (
-        f"{MODULES[name]} has {lines} lines: split it by concern, or list it in LONGER "
+        f"{SIZED[name]} has {lines} lines: split it by concern, or list it in LONGER "
         f"({__file__}) with the reason it is one concern")
 
 
 def test_the_longer_list_is_current():
-    stale = [name for name in LONGER if name not in MODULES or lines_of(name) <= SOFT_MAX_LINES]
+    stale = [name for name in LONGER if name not in SIZED or lines_of(name) <= SOFT_MAX_LINES]
     assert not stale, f"listed in LONGER but not modules over {SOFT_MAX_LINES} lines: {stale}"
 
 
