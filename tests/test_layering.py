@@ -1,10 +1,10 @@
 """The package's structure, checked from its imports: every module sits on a layer, imports only
 from its own layer or the layers below (building blocks never reach up into models, models never
 into training), and no import cycle exists, not even through imports inside functions. A source
-file past about 300 lines is a hint to look for a second concern in it, not a rule: the few that
-are one concern at their length are listed with the reason, and none grows past 450. And
-pygpt.ops.registry is the only list of the ops: no
-other source holds a literal list of op names, to fall out of step with it."""
+file (pygpt's or the runtime's) past about 300 lines is a hint to look for a second concern in
+it, not a rule: the few that are one concern at their length are listed with the reason, and
+none grows past 450. And pygpt.ops.registry is the only list of the ops: no other source holds a
+literal list of op names, to fall out of step with it."""
 import ast
 import re
 from pathlib import Path
