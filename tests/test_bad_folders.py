@@ -201,8 +201,9 @@ def test_fill_mask_with_a_wordpiece_without_unk_is_one_line(tmp_path):
 
 
 def test_num_labels_without_labels_is_one_line(tmp_path):
+    # --quiet: a run refused once started reports nothing of its start on stdout.
     line = one_error_line("--arch", "bert", "--num-labels", "3", "--out", str(tmp_path / "r"),
-                          "--max-iters", "1", module="pygpt.train")
+                          "--max-iters", "1", "--quiet", module="pygpt.train")
     assert "num_labels" in line
 
 
@@ -213,7 +214,7 @@ class Pickled:
 
 def test_a_pickled_object_in_the_training_state_is_refused_in_one_line(ckpt):
     torch.save({"step": 6, "x": Pickled()}, ckpt / "train_state.pt")
-    line = one_error_line("--resume", "--out", str(ckpt), "--max-iters", "8",
+    line = one_error_line("--resume", "--out", str(ckpt), "--max-iters", "8", "--quiet",
                           module="pygpt.train")
     assert "train_state.pt" in line and "weights_only" not in line
 

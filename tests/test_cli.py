@@ -81,6 +81,27 @@ def test_train_cli(text_file, tmp_path, capsys):
     assert (out / WEIGHTS).read_bytes() != weights
 
 
+def test_a_run_says_what_it_trains_before_its_first_step(text_file, tmp_path, capsys):
+    """Before anything slow, what the run is (its preset, shape, length, batch, number type,
+    device, folder); then its tokenizer, its data split and its parameters; then the steps."""
+    out = tmp_path / "said"
+    loud = [flag for flag in TINY_FLAGS if flag != "--quiet"]
+    pygpt.train.main(loud + ["--data", str(text_file), "--out", str(out), "--threads", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("pygpt.train: gpt pretrain (preset baby): 1 layers, 2 heads, 16 wide, "
+                        f"context 8; 5 steps of 4 x 8 tokens; float32 on cpu (1 thread); into "
+                        f"{out}")
+    model, _ = pygpt.load(out)
+    tokens = len(text_file.read_text(encoding="utf-8"))  # a char tokenizer: one a character
+    train = int(tokens * 0.9)
+    assert lines[1:4] == [
+        "tokenizer: learning a char vocabulary from the data",
+        f"data: {train:,} training and {tokens - train:,} validation tokens (the last tenth)",
+        f"model: {sum(p.numel() for p in model.parameters()):,} parameters, vocabulary of 52 "
+        "char tokens"]
+    assert lines[4].startswith("step 5: ")
+
+
 def test_train_cli_resume_missing_checkpoint(tmp_path):
     with pytest.raises(SystemExit, match="error: no checkpoint folder"):
         pygpt.train.main(["--resume", "--out", str(tmp_path / "nothing"), "--quiet"])
