@@ -19,6 +19,7 @@ from pygpt_runtime.serve.errors import DeclaredBodyLimit, add_handlers, error_bo
 from pygpt_runtime.serve.served import Served
 
 PLAYGROUND = "playground"  # the page's folder in the package
+MAX_PATH_SHOWN = 100  # the characters of an unknown path a 404 repeats
 
 
 def create_app(served: Served) -> FastAPI:
@@ -34,7 +35,9 @@ def create_app(served: Served) -> FastAPI:
     async def not_found(request: Request, _: Exception) -> JSONResponse:
         routes = [f"{method.upper()} {path}" for path, methods in app.openapi()["paths"].items()
                   for method in methods]
-        return error_body(404, f"no {request.method} {request.url.path} here: this "
+        path = request.url.path  # the client's: echoed no longer than a route's name
+        shown = path if len(path) <= MAX_PATH_SHOWN else path[:MAX_PATH_SHOWN] + "…"
+        return error_body(404, f"no {request.method} {shown} here: this "
                                f"server serves {served.summary()}, at {', '.join(routes)} (the "
                                "playground at /, the API's schema at /openapi.json)")
 
