@@ -61,6 +61,17 @@ class Server:
         return self.process.returncode, err
 
 
+def wait_for(server, **wanted) -> None:
+    """Returns once /health says what wanted says (fails after 30 s)."""
+    deadline = time.monotonic() + 30
+    while True:
+        health = server.client.get("/health").json()
+        if all(health[k] == v for k, v in wanted.items()):
+            return
+        assert time.monotonic() < deadline, f"/health stayed {health}, wanted {wanted}"
+        time.sleep(0.05)
+
+
 class CountingSession:
     """An onnxruntime session that counts its runs."""
 

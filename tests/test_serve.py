@@ -21,7 +21,7 @@ from pygpt import export as exporter
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.training import train
 from pygpt_runtime import run_onnx
-from serve_helpers import CountingSession, Server, chromium, events
+from serve_helpers import CountingSession, Server, chromium, events, wait_for
 
 # The server's --max-batch, --queue-size, --max-body-bytes, --max-text-tokens.
 BATCH, QUEUE, BODY, TEXT = 4, 4, 4096, 1000
@@ -225,16 +225,6 @@ def test_bodies_that_are_not_json_or_lie_about_their_size(server):
     assert streamed.status_code == 413 and streamed.json()["error"]["param"] == "body"
 
 
-def wait_for(server, **wanted):
-    deadline = time.monotonic() + 30
-    while True:
-        health = server.client.get("/health").json()
-        if all(health[k] == v for k, v in wanted.items()):
-            return
-        assert time.monotonic() < deadline, f"/health stayed {health}, wanted {wanted}"
-        time.sleep(0.05)
-
-
 def test_full_queue_is_503_at_once_and_a_client_leaving_frees_its_rows(server):
     leave = threading.Event()
 
@@ -303,6 +293,39 @@ def test_sigterm_stops_the_server_cleanly(export_dir, tmp_path):
             f"http://127.0.0.1:{s.port}/; clients pass \"model\": \"{export_dir.name}\"\n") in err
     assert done and done[0].status_code == 200
     assert done[0].text.rstrip().endswith("data: [DONE]")  # the open stream finished
+
+
+def test_streams_still_open_when_the_grace_ends_end_with_an_error_event(export_dir, tmp_path):
+    s = Server(export_dir, tmp_path, "--grace", "1", "--max-batch", "1", "--max-tokens",
+               str(LONG))
+    with ThreadPoolExecutor(2) as pool:
+        streams = [pool.submit(s.client.post, "/v1/completions", json={
+            "prompt": "First", "max_tokens": LONG, "stream": True}) for _ in range(2)]
+        wait_for(s, active=1, waiting=1)  # one decodes, one waits its turn
+        status, err = s.stop(signal.SIGTERM)
+        answers = [stream.result(timeout=30) for stream in streams]
+    assert status == 128 + signal.SIGTERM and "Traceback" not in err, err
+    for answer in answers:
+        got = events(answer)
+        assert got[-1] == "[DONE]" and got[-2] == {"error": {
+            "message": "the server is shutting down", "type": "server_error"}}, got[-3:]
+
+
+def test_a_whole_completion_stops_when_its_client_leaves(server):
+    with pytest.raises(httpx.ReadTimeout):
+        server.client.post("/v1/completions", json={"prompt": "First", "max_tokens": LONG},
+                           timeout=1)
+    start = time.monotonic()
+    wait_for(server, active=0, waiting=0)
+    assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("seed", [-1, 2 ** 64, 10 ** 30])
+def test_a_seed_past_64_bits_is_a_400(server, seed):
+    r = server.client.post("/v1/completions", json={"prompt": "First", "seed": seed})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "seed", r.text
+    assert server.client.post("/v1/completions", json={
+        "prompt": "First", "seed": 2 ** 64 - 1, "max_tokens": 2}).status_code == 200
 
 
 def test_help_says_where_the_schema_is_and_what_to_call_the_model():

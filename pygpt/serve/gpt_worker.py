@@ -13,7 +13,7 @@ import torch
 from pygpt.decoding.sampling import Sampling
 from pygpt.models import GPT
 from pygpt_runtime.serve.served import Limits
-from pygpt_runtime.serve.workers import Generation, RowsWorker
+from pygpt_runtime.serve.workers import Generation, RowsWorker, step_failure
 
 
 class TorchWorker(RowsWorker):
@@ -26,6 +26,7 @@ class TorchWorker(RowsWorker):
         super().__init__(tokenizer, queue_size, "pygpt-torch-decode")
         self.model, self.lock = model, lock
         self.requests: deque[list[Generation]] = deque()
+        self.decoding: list[Generation] = []  # the request being decoded
         self.thread.start()
 
     def _keep(self, generations: list[Generation]) -> None:
@@ -37,31 +38,34 @@ class TorchWorker(RowsWorker):
     def _room(self) -> int:
         return 0  # a request is taken in when the one before has ended
 
+    def _held(self) -> list[Generation]:
+        return [*self.decoding, *(g for request in self.requests for g in request)]
+
     def _run(self) -> None:
         while True:
             with self.ready:
                 while not self.requests and not self.closing:
                     self.ready.wait()
                 if self.closing:
-                    for g in (g for request in self.requests for g in request):
-                        g.send("error", "the server is shutting down")
+                    self._end_all("the server is shutting down")
                     self.requests.clear()
                     return
-                rows = self.requests.popleft()
-                self.active = len(rows)
-            self._decode(rows)
+                self.decoding = self.requests.popleft()
+                self.active = len(self.decoding)
+            self._decode(self.decoding)
             with self.ready:
-                self.active = 0
+                self.decoding, self.active = [], 0
 
     def _decode(self, rows: list[Generation]) -> None:
         """One request's rows (one max_tokens, sampling and seed) to their ends."""
-        first = rows[0]
-        generators = (None if first.seed is None
-                      else [torch.Generator().manual_seed(first.seed) for _ in rows])
-        steps = self.model.stream_batch([g.ids for g in rows], first.max_tokens,
-                                        sampling=Sampling(**first.sampling), generator=generators)
+        first, steps = rows[0], None
         going = set(range(len(rows)))
         try:
+            generators = (None if first.seed is None
+                          else [torch.Generator().manual_seed(first.seed) for _ in rows])
+            steps = self.model.stream_batch([g.ids for g in rows], first.max_tokens,
+                                            sampling=Sampling(**first.sampling),
+                                            generator=generators)
             while going:
                 with self.lock:
                     tokens = None if self.closing else next(steps, None)
@@ -70,12 +74,13 @@ class TorchWorker(RowsWorker):
                 for b, token in enumerate(tokens.tolist()):
                     if b in going and (rows[b].stopped or not rows[b].take(token)):
                         going.discard(b)
-        except ValueError as e:  # outputs that are not finite numbers
+        except Exception as e:  # outputs that are not finite numbers, or the model failed
             for b in going:
-                rows[b].send("error", str(e))
+                rows[b].send("error", step_failure(e))
             going = set()
         finally:
-            steps.close()
+            if steps is not None:
+                steps.close()
         for b in going:  # stopped early by the server's shutdown
             rows[b].send("error", "the server is shutting down")
 

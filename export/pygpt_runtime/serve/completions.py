@@ -14,8 +14,9 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from pygpt_runtime.serve.workers import Generation, RowsWorker
+from pygpt_runtime.serve.clients import unless_gone
 from pygpt_runtime.serve.errors import ModelError, RequestError
+from pygpt_runtime.serve.workers import Generation, RowsWorker
 from pygpt_runtime.serve.schemas import CompletionRequest
 
 
@@ -106,6 +107,13 @@ class Completion:
             for row in self.rows:
                 row.stopped = True
 
+    async def texts(self) -> list[str]:
+        """Every choice's whole text."""
+        texts = ["" for _ in self.choices]
+        async for index, text in self.pieces():
+            texts[index] += text
+        return texts
+
     def usage(self) -> dict:
         prompt = sum(c.prompt_tokens for c in self.choices)
         made = sum(c.tokens for c in self.choices)
@@ -149,9 +157,7 @@ def router(served) -> APIRouter:
             usage = body.stream_options is not None and body.stream_options.include_usage
             return StreamingResponse(_events(completion, served.name, usage),
                                      media_type="text/event-stream")
-        texts = ["" for _ in rows]
-        async for index, text in completion.pieces():
-            texts[index] += text
+        texts = await unless_gone(request, completion.texts())
         return completion.response(served.name, [
             choice(i, t, c.finish_reason) for i, (t, c) in enumerate(zip(texts, completion.choices))
         ], completion.usage())

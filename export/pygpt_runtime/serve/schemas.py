@@ -8,6 +8,8 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pygpt_runtime.cli_checks import MAX_SEED
+
 Text = Annotated[str, Field(min_length=1)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 STOPS = 4  # the most stop sequences a request may give (OpenAI's limit)
@@ -30,8 +32,9 @@ class CompletionRequest(Body):
     temperature: Finite = Field(1.0, ge=0, description="0: greedy (argmax)")
     top_p: Finite = Field(1.0, gt=0, le=1, description="nucleus sampling threshold")
     top_k: Optional[int] = Field(None, ge=1, description="sample among the k most likely")
-    seed: Optional[int] = Field(None, ge=0, description="reproducible sampling: the tokens "
-                                                        "pygpt-run --seed gives")
+    seed: Optional[int] = Field(None, ge=0, le=MAX_SEED,
+                                description="reproducible sampling: the tokens pygpt-run "
+                                            "--seed gives")
     stop: Union[None, Text, Annotated[list[Text], Field(max_length=STOPS)]] = Field(
         None, description="text that ends a choice (not included)")
     stream: bool = Field(False, description="server-sent events, ending in data: [DONE]")
