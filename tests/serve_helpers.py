@@ -16,6 +16,20 @@ import pytest
 from helpers import torch_free_env
 
 
+def tiny_gpt(root):
+    """A tiny char GPT trained a few steps into root/ckpt (context 16, so 40 tokens slide its
+    window twice) and exported into root/onnx; root/ckpt."""
+    from pygpt import export as exporter
+    from pygpt.config import ModelConfig, TrainConfig
+    from pygpt.training import train
+
+    train(ModelConfig(block_size=16, n_layer=1, n_head=2, n_embd=16),
+          TrainConfig(out=str(root / "ckpt"), max_iters=40, eval_interval=40, eval_iters=1,
+                      batch_size=8, warmup_iters=2, lr=1e-2), progress=False)
+    exporter.export(root / "ckpt", root / "onnx")
+    return root / "ckpt"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

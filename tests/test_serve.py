@@ -17,11 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
-from pygpt import export as exporter
-from pygpt.config import ModelConfig, TrainConfig
-from pygpt.training import train
 from pygpt_runtime import run_onnx
-from serve_helpers import CountingSession, Server, chromium, events, wait_for
+from serve_helpers import CountingSession, Server, chromium, events, tiny_gpt, wait_for
 
 # The server's --max-batch, --queue-size, --max-body-bytes, --max-text-tokens.
 BATCH, QUEUE, BODY, TEXT = 4, 4, 4096, 1000
@@ -30,13 +27,8 @@ LONG = 10 ** 7  # its --max-tokens: a completion that outlasts the test that sta
 
 @pytest.fixture(scope="module")
 def export_dir(tmp_path_factory):
-    """A tiny char GPT (context 16, so 40 tokens slide its window twice), exported."""
-    root = tmp_path_factory.mktemp("serve")
-    train(ModelConfig(block_size=16, n_layer=1, n_head=2, n_embd=16),
-          TrainConfig(out=str(root / "ckpt"), max_iters=40, eval_interval=40, eval_iters=1,
-                      batch_size=8, warmup_iters=2, lr=1e-2), progress=False)
-    exporter.export(root / "ckpt", root / "onnx")
-    return root / "onnx"
+    """A tiny char GPT (serve_helpers.tiny_gpt), exported."""
+    return tiny_gpt(tmp_path_factory.mktemp("serve")).parent / "onnx"
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +182,12 @@ BAD = [  # (body, the field the error names)
     ({"prompt": "First", "top_k": 0}, "top_k"), ({"prompt": "First", "seed": -1}, "seed"),
     ({"prompt": "First", "stream": "yes"}, "stream"), ({"prompt": "First", "stop": 3}, "stop"),
     ({"prompt": "First", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
-    ({"prompt": "First", "n": 2}, "n"), ({"prompt": "First", "colour": 1}, "colour"),
+    ({"prompt": "First", "n": 0}, "n"), ({"prompt": "First", "n": BATCH + 1}, "n"),
+    ({"prompt": ["a", "b"], "n": BATCH // 2 + 1}, "n"),  # prompts x n past --max-batch
+    ({"prompt": "First", "logprobs": 6}, "logprobs"), ({"prompt": "a", "logprobs": -1}, "logprobs"),
+    ({"prompt": "First", "echo": 1}, "echo"),
+    ({"prompt": "a" * 17, "echo": True, "logprobs": 0}, "echo"),  # past the context (16)
+    ({"prompt": "First", "colour": 1}, "colour"),
     ({"prompt": "First", "model": "other"}, "model"),
     ({"prompt": "Fir\u20acst"}, "prompt"),  # a character the char model does not know
     ({"prompt": "\ud800"}, "prompt"),  # not UTF-8
@@ -346,7 +343,7 @@ def _decode_together(model, prompts, max_tokens, seed):
     texts, done = [""] * len(prompts), threading.Semaphore(0)
 
     def sender(b):
-        def send(kind, payload):
+        def send(kind, payload, scored=None):
             assert kind != "error", payload
             texts[b] += payload
             if kind == "end":

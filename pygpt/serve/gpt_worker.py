@@ -1,13 +1,15 @@
 """The decode worker of `python -m pygpt.serve --ckpt` over a GPT checkpoint: completions from
-pygpt's own decoding (`stream_batch`, each request's prompts as one batch, one request at a
-time on one worker thread; with a seed, row b draws what `python -m pygpt.generate --seed` draws
-for it), a RowsWorker as the export server's batcher is (pygpt_runtime.serve.workers), so that
-the completion routes (pygpt_runtime.serve.completions) serve it unchanged."""
+pygpt's own decoding (`stream_batch`, each request's rows as one batch, one request at a time
+on one worker thread; a row with a seed draws what `python -m pygpt.generate --seed` draws for
+its prompt with that seed), a RowsWorker as the export server's batcher is
+(pygpt_runtime.serve.workers), so that the completion routes (pygpt_runtime.serve.completions)
+serve it unchanged."""
 from __future__ import annotations
 
 import threading
 from collections import deque
 
+import numpy as np
 import torch
 
 from pygpt.decoding.sampling import Sampling
@@ -25,6 +27,7 @@ class TorchWorker(RowsWorker):
     def __init__(self, model: GPT, tokenizer, queue_size: int, lock: threading.Lock):
         super().__init__(tokenizer, queue_size, "pygpt-torch-decode")
         self.model, self.lock = model, lock
+        self.context_length = model.context_length
         self.requests: deque[list[Generation]] = deque()
         self.decoding: list[Generation] = []  # the request being decoded
         self.thread.start()
@@ -58,21 +61,24 @@ class TorchWorker(RowsWorker):
 
     def _decode(self, rows: list[Generation]) -> None:
         """One request's rows (one max_tokens, sampling and seed) to their ends."""
-        first, steps = rows[0], None
+        first, steps, seen = rows[0], None, []
         going = set(range(len(rows)))
         try:
             generators = (None if first.seed is None
-                          else [torch.Generator().manual_seed(first.seed) for _ in rows])
+                          else [torch.Generator().manual_seed(g.seed) for g in rows])
+            scored = any(g.logprobs is not None for g in rows)
             steps = self.model.stream_batch([g.ids for g in rows], first.max_tokens,
                                             sampling=Sampling(**first.sampling),
-                                            generator=generators)
+                                            generator=generators,
+                                            observe=seen.append if scored else None)
             while going:
                 with self.lock:
                     tokens = None if self.closing else next(steps, None)
                 if tokens is None:
                     break
+                logits = seen.pop().float().numpy() if scored else [None] * len(rows)
                 for b, token in enumerate(tokens.tolist()):
-                    if b in going and (rows[b].stopped or not rows[b].take(token)):
+                    if b in going and (rows[b].stopped or not rows[b].take(token, logits[b])):
                         going.discard(b)
         except Exception as e:  # outputs that are not finite numbers, or the model failed
             for b in going:
@@ -83,6 +89,13 @@ class TorchWorker(RowsWorker):
                 steps.close()
         for b in going:  # stopped early by the server's shutdown
             rows[b].send("error", "the server is shutting down")
+
+
+    def prompt_logits(self, ids: list[int]) -> np.ndarray:
+        """The logits (len(ids), vocab) of one run over a prompt of at most block_size tokens,
+        for its tokens' log-probabilities (echo); under the lock, between the worker's steps."""
+        with self.lock, torch.inference_mode():
+            return self.model.prefill(torch.tensor([ids]))[0][0].float().numpy()
 
 
 def open_gpt(ckpt: str, model: GPT, tokenizer, lock: threading.Lock,

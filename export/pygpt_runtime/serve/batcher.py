@@ -34,6 +34,7 @@ class Batcher(RowsWorker):
     def __init__(self, model: OnnxGPT, queue_size: int, max_batch: int):
         super().__init__(model.tokenizer, queue_size, "pygpt-decode")
         self.model, self.max_batch = model, max_batch
+        self.context_length = model.config["block_size"]
         self.waiting: deque[Generation] = deque()
         self.groups: list[Group] = []  # the rows decoding, by window
         self.thread.start()
@@ -49,6 +50,12 @@ class Batcher(RowsWorker):
 
     def _held(self) -> list[Generation]:
         return [*self.waiting, *(g for _, gens in self.groups for g in gens)]
+
+    def prompt_logits(self, ids: list[int]) -> np.ndarray:
+        """The logits (len(ids), vocab) of one run over a prompt of at most block_size tokens,
+        for its tokens' log-probabilities (echo); onnxruntime runs it beside the worker's
+        calls."""
+        return self.model.step(np.array([ids], dtype=np.int64), self.model.empty_past(1))[0][0]
 
     def _admit(self, groups: list[Group]) -> Optional[list[Group]]:
         """The groups with the waiting rows that fit added (new rows grouped by window_key);
@@ -84,7 +91,7 @@ class Batcher(RowsWorker):
             return None
         rows.append(tokens)
         return _subset(rows, gens, [b for b, g in enumerate(gens)
-                                    if g.take(int(tokens[b])) and not g.stopped])
+                                    if g.take(int(tokens[b]), logits[b]) and not g.stopped])
 
     def _run(self) -> None:
         groups: list[Group] = []

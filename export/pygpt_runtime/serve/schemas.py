@@ -9,6 +9,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from pygpt_runtime.cli_checks import MAX_SEED
+from pygpt_runtime.serve.logprobs import MAX_LOGPROBS
 
 Text = Annotated[str, Field(min_length=1)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
@@ -39,7 +40,14 @@ class CompletionRequest(Body):
         None, description="text that ends a choice (not included)")
     stream: bool = Field(False, description="server-sent events, ending in data: [DONE]")
     stream_options: Optional[StreamOptions] = None
-    n: int = Field(1, ge=1, le=1, description="choices per prompt (1)")
+    n: int = Field(1, ge=1, description="choices per prompt (with a seed, choice i draws with "
+                                        "seed + i); prompts x n may not pass the server's "
+                                        "--max-batch")
+    echo: bool = Field(False, description="the prompt's text (and its tokens' log-probabilities) "
+                                          "before the completion's")
+    logprobs: Optional[int] = Field(None, ge=0, le=MAX_LOGPROBS,
+                                    description="each token's log-probability, with this many "
+                                                "most likely alternatives")
     user: Optional[str] = None
 
     def prompts(self) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from pygpt_runtime.serve.logprobs import score
 from pygpt_runtime.text import TextStream
 
 
@@ -36,22 +37,26 @@ def step_failure(e: Exception) -> str:
 
 @dataclass
 class Generation:
-    """One prompt's row: what to decode, and `send`, called from the worker thread with
-    ("token", text piece) per token, then ("end", the text held back) or ("error", message)."""
+    """One choice's row: what to decode, and `send`, called from the worker thread with
+    ("token", text piece, the token scored or None) per token, then ("end", the text held back)
+    or ("error", message)."""
     ids: list[int]
     max_tokens: int
     sampling: dict  # run_onnx.next_token's greedy, temperature, top_k, top_p
     rng: np.random.Generator
-    send: Callable[[str, str], None]
-    seed: Optional[int] = None  # the request's (a torch worker seeds its generators with it)
+    send: Callable[..., None]
+    seed: Optional[int] = None  # the row's (a torch worker seeds its generator with it)
+    logprobs: Optional[int] = None  # the best tokens to score with each token (None: no scores)
     stopped: bool = False  # set by the consumer: no more tokens wanted
     made: int = 0
     text: Optional[TextStream] = field(default=None, repr=False)
 
-    def take(self, token: int) -> bool:
-        """Sends the token's text; whether the row goes on."""
+    def take(self, token: int, logits: Optional[np.ndarray] = None) -> bool:
+        """Sends the token's text (scored by its step's logits (vocab,) if the row asks for
+        log-probabilities); whether the row goes on."""
         self.made += 1
-        self.send("token", self.text.add(token))
+        scored = None if self.logprobs is None else score(logits, token, self.logprobs)
+        self.send("token", self.text.add(token), scored)
         if self.made >= self.max_tokens:
             self.send("end", self.text.finish())
             return False
@@ -60,7 +65,8 @@ class Generation:
 
 class RowsWorker:
     """A thread that decodes the rows of completions, behind a bounded queue: `submit` from any
-    thread, `close` to stop it, `health` for /health. A subclass keeps a request's rows (_keep),
+    thread, `close` to stop it, `health` for /health; a subclass also gives its model's
+    context_length and the logits of a run over a prompt (prompt_logits, for echo). A subclass keeps a request's rows (_keep),
     counts those waiting (_waiting), says how many more its next step takes in (_room), lists
     every row it holds (_held) and runs the loop (_run), holding `ready` while it touches the
     queue; it starts `thread` once its own state is set.
