@@ -14,10 +14,11 @@ its name."""
 from __future__ import annotations
 
 import codecs
-import json
 import re
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
+
+from pygpt_runtime.json_file import read_json
 
 # A source is read up to this many characters per encoder position: a token covers a character
 # or more (or a byte of one) in normal text, so what is cut off lies far past the positions.
@@ -128,7 +129,10 @@ def load_tokenizer(path: Path, kind: str, vocab_size: Optional[int] = None):
     if kind == "char":
         require_file(path)
         try:
-            spec = json.loads(path.read_text(encoding="utf-8"))
+            spec = read_json(path, "a tokenizer file")
+        except ValueError as e:
+            raise ValueError(f"{e}: export again") from None
+        try:
             chars, specials = spec["chars"], spec.get("specials", [])
             if not all(isinstance(x, list) and all(isinstance(c, str) for c in x)
                        for x in (chars, specials)):

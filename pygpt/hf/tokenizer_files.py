@@ -20,6 +20,7 @@ from typing import Any
 
 from pygpt.hf.folder import read_json, read_text
 from pygpt.hf.mapping import setting
+from pygpt_runtime.json_file import parse_json
 from pygpt.tokenizer import (SPECIAL_TOKENS, BPETokenizer, CharTokenizer, Tokenizer,
                              WordPieceTokenizer, require_specials)
 
@@ -50,7 +51,7 @@ def _hf(text: str, source: str):
 
 
 def _from_tokenizer_json(text: str, source: str) -> Tokenizer:
-    spec = json.loads(text)
+    spec = parse_json(text, source)
     model = spec.get("model") if isinstance(spec, dict) else None
     kind = model.get("type") if isinstance(model, dict) else None
     pre = spec.get("pre_tokenizer") if isinstance(spec, dict) else None
@@ -84,10 +85,7 @@ def _gpt2_bpe(folder: Path) -> Tokenizer:
     from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
 
     vocab_text, merges_text = (read_text(folder, name) for name in GPT2_FILES)
-    try:
-        vocab = json.loads(vocab_text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{folder / 'vocab.json'} is not valid JSON: {e}") from None
+    vocab = parse_json(vocab_text, str(folder / "vocab.json"))
     if not isinstance(vocab, dict) or not all(type(i) is int for i in vocab.values()):
         raise ValueError(f"{folder / 'vocab.json'} must map each token to its id")
     merges = []
@@ -145,10 +143,7 @@ def read_tokenizer(folder: Path, model_type: str, vocab_size: int) -> Tokenizer:
     """The tokenizer of the HF folder, as pygpt's, checked to have the model's vocab_size."""
     text = read_text(folder, HF_TOKENIZER)
     if text is not None:
-        try:
-            tokenizer = _from_tokenizer_json(text, str(folder / HF_TOKENIZER))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{folder / HF_TOKENIZER} is not valid JSON: {e}") from None
+        tokenizer = _from_tokenizer_json(text, str(folder / HF_TOKENIZER))
     elif model_type == "gpt2" and all(read_text(folder, n) is not None for n in GPT2_FILES):
         tokenizer = _gpt2_bpe(folder)
     elif model_type == "bert" and read_text(folder, BERT_VOCAB) is not None:

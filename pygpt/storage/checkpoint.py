@@ -33,6 +33,7 @@ from pygpt.families import build
 from pygpt.storage.run_files import CONFIG, LABELS, TOKENIZER, TRAIN_STATE, WEIGHTS
 from pygpt.storage.serializers import save_weights, torch_save
 from pygpt.tokenizer import Tokenizer, load_tokenizer
+from pygpt_runtime.json_file import parse_json, read_json
 from pygpt.storage.train_state import check_train_state, load_optimizer
 
 FORMAT = 3
@@ -75,13 +76,7 @@ def save(out_dir: Union[str, Path], model: nn.Module, tokenizer: Tokenizer,
 
 def _read_json(ckpt: Path, name: str, missing: str) -> Any:
     """The JSON in the file `name` of ckpt; FileNotFoundError(missing), ValueError if corrupt."""
-    def read(path: Path) -> Any:
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path} is corrupt: {e}") from None
-
-    return read_committed(ckpt, name, read, missing)
+    return read_committed(ckpt, name, read_json, missing)
 
 
 def _read_weights(ckpt: Path, tensors: bool = True, device: Union[str, torch.device] = "cpu",
@@ -141,11 +136,12 @@ def load(ckpt: Union[str, Path], kernels: str = "ext",
     if weights_format not in {str(f) for f in READABLE_FORMATS}:
         raise ValueError(f"{weights} is in weights format {weights_format!r}; this pygpt reads "
                          f"format {_READABLE}")
+    recorded = (parse_json(meta["model_config"], f"{weights}'s model_config")
+                if "model_config" in meta else None)
     try:
         model_cfg: ModelConfig = config_from_dict(ModelConfig, config["model"])
-        weights_cfg = (config_from_dict(ModelConfig,
-                                        upgrade_model(json.loads(meta["model_config"])))
-                       if "model_config" in meta else model_cfg)
+        weights_cfg = (config_from_dict(ModelConfig, upgrade_model(recorded))
+                       if recorded is not None else model_cfg)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{path / CONFIG}: invalid model config: {e}") from None
     if str(config.get("step")) != meta.get("step"):

@@ -27,6 +27,7 @@ from typing import Sequence, Union
 
 from pygpt.storage.atomic import atomic_write_text
 from pygpt.tokenizer.training import TextOrChunks, text_chunks, train_bpe, train_wordpiece
+from pygpt_runtime.json_file import parse_json
 from pygpt_runtime.text import SpecialsEncoding, byte_level_bytes
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -201,10 +202,7 @@ def load_tokenizer(path: Union[str, Path]) -> Tokenizer:
 
 def tokenizer_from_json(text: str, source: str = "tokenizer") -> Tokenizer:
     """A tokenizer from the text of its tokenizer.json; `source` names it in errors."""
-    try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{source} is not a valid tokenizer file: {e}") from None
+    spec = parse_json(text, source, "a valid tokenizer file")
     if isinstance(spec, dict) and spec.get("kind") == "char" and "chars" in spec:
         try:
             return CharTokenizer(spec["chars"], spec.get("specials", ()))

@@ -40,6 +40,7 @@ from pygpt.config.fields import config_from_dict
 from pygpt.storage.atomic import guard, recover_folder, unguard
 from pygpt.storage.run_files import (CONFIG, LABELS, LOSS_PLOT, METRICS, RUNNER_CONFIG, TOKENIZER,
                              TRAIN_STATE, WEIGHTS)
+from pygpt_runtime.json_file import parse_json
 
 LOCK = ".pygpt-train.lock"
 # A run's files: what the first save of a new run (--overwrite) removes of an earlier one.
@@ -53,7 +54,7 @@ def _open_lock_file(path: Path) -> int:
 def _owner(fd: int) -> dict[str, Any]:
     """The pid and host recorded in an open lock file ({} if it holds none)."""
     try:
-        owner = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+        owner = parse_json(os.pread(fd, 4096, 0).decode("utf-8"), "the lock file")
     except (OSError, ValueError):
         return {}
     return owner if isinstance(owner, dict) else {}
