@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import reprlib
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -27,7 +26,7 @@ from torch import nn
 from pygpt.storage.compat import upgrade_config, upgrade_model, upgrade_weights
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.config.fields import config_from_dict, to_dict
-from pygpt.data.labelled import check_label
+from pygpt.data.labelled import check_labels
 from pygpt.storage.atomic import FolderWrite, read_committed, recover_folder
 from pygpt.families import build
 from pygpt.storage.run_files import CONFIG, LABELS, TOKENIZER, TRAIN_STATE, WEIGHTS
@@ -191,7 +190,7 @@ def _check_fits(model: nn.Module, state: dict[str, torch.Tensor], source: Path) 
 def load_labels(ckpt: Union[str, Path]) -> Optional[list[str]]:
     """A classifier checkpoint's class names, in the order of its outputs; None for a model
     without a classification head. A ValueError if they do not fit the model's num_labels, repeat
-    a name, or hold a control character (data.labelled.check_label: they are printed)."""
+    a name, or hold a control character (data.labelled.check_labels: they are printed)."""
     path = Path(ckpt)
     num_labels = read_config(path)["model"].get("num_labels", 0)
     if not num_labels:
@@ -201,12 +200,7 @@ def load_labels(ckpt: Union[str, Path]) -> Optional[list[str]]:
             or len(labels) != num_labels):
         raise ValueError(f"{path / LABELS} must be a list of the model's {num_labels} label "
                          f"names, got {reprlib.repr(labels)}")
-    repeated = sorted(x for x, n in Counter(labels).items() if n > 1)
-    if repeated:
-        raise ValueError(f"{path / LABELS} names {', '.join(map(repr, repeated))} more than once; "
-                         "each of the model's outputs needs its own label")
-    for label in labels:
-        check_label(label, str(path / LABELS))
+    check_labels(labels, str(path / LABELS))
     return labels
 
 
