@@ -71,6 +71,7 @@ def edit_json(path, **fields):
     (lambda f: edit_json(f / "vocab.json", a=2 ** 40), ["vocab.json: the id of 'a' is 1099"]),
     (lambda f: (f / "tokenizer_config.json").write_text('{"add_prefix_space": "yes"}'),
      ["tokenizer_config.json: add_prefix_space must be bool"]),
+    (lambda f: edit_json(f / "vocab.json", a=2 ** 31), ["vocab.json maps a token to the id 2147"]),
 ])
 def test_damaged_folders_are_one_line_errors(copy, tmp_path, damage, words):
     damage(copy)

@@ -22,6 +22,7 @@ from typing import Any
 from pygpt.hf.folder import read_json, read_text
 from pygpt.hf.mapping import setting
 from pygpt_runtime.json_file import parse_json
+from pygpt_runtime.text import check_ids
 from pygpt.tokenizer import (SPECIAL_TOKENS, BPETokenizer, CharTokenizer, Tokenizer,
                              WordPieceTokenizer, require_specials)
 
@@ -155,11 +156,12 @@ def read_tokenizer(folder: Path, model_type: str, vocab_size: int) -> Tokenizer:
     """The tokenizer of the HF folder, as pygpt's, checked to have the model's vocab_size."""
     text = read_text(folder, HF_TOKENIZER)
     if text is not None:
-        tokenizer = _from_tokenizer_json(text, str(folder / HF_TOKENIZER))
+        source = folder / HF_TOKENIZER
+        tokenizer = _from_tokenizer_json(text, str(source))
     elif model_type == "gpt2" and all(read_text(folder, n) is not None for n in GPT2_FILES):
-        tokenizer = _gpt2_bpe(folder)
+        source, tokenizer = folder / GPT2_FILES[0], _gpt2_bpe(folder)
     elif model_type == "bert" and read_text(folder, BERT_VOCAB) is not None:
-        tokenizer = _bert_wordpiece(folder)
+        source, tokenizer = folder / BERT_VOCAB, _bert_wordpiece(folder)
     else:
         needs = " + ".join(GPT2_FILES) if model_type == "gpt2" else BERT_VOCAB
         raise ValueError(f"{folder} has no tokenizer: {HF_TOKENIZER}, or {needs}")
@@ -168,6 +170,7 @@ def read_tokenizer(folder: Path, model_type: str, vocab_size: int) -> Tokenizer:
     if tokenizer.vocab_size != vocab_size:
         raise ValueError(f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but "
                          f"config.json's vocab_size is {vocab_size}")
+    check_ids(tokenizer, vocab_size, source)
     return tokenizer
 
 

@@ -33,6 +33,7 @@ from pygpt.storage.run_files import CONFIG, LABELS, TOKENIZER, TRAIN_STATE, WEIG
 from pygpt.storage.serializers import save_weights, torch_save
 from pygpt.tokenizer import Tokenizer, load_tokenizer
 from pygpt_runtime.json_file import parse_json, read_json
+from pygpt_runtime.text import check_ids
 from pygpt.storage.train_state import check_train_state, load_optimizer
 
 FORMAT = 3
@@ -154,6 +155,7 @@ def load(ckpt: Union[str, Path], kernels: str = "ext",
     if tokenizer.vocab_size != model_cfg.vocab_size:
         raise ValueError(f"{path}: the tokenizer has {tokenizer.vocab_size} tokens but the model "
                          f"was configured for {model_cfg.vocab_size}")
+    check_ids(tokenizer, model_cfg.vocab_size, path / TOKENIZER)
     with torch.device("meta"):  # shapes only: the config checked to fit before any allocation
         shapes = build(model_cfg, kernels=kernels)
     state = upgrade_weights(shapes, state, weights_format)
