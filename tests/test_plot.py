@@ -143,6 +143,14 @@ def test_cli_errors(tmp_path, monkeypatch, capsys):
         main(["bad"])
     with pytest.raises(SystemExit, match=r"^error: 1 labels for 2 runs"):
         main([str(write_run(tmp_path / "a")), str(write_run(tmp_path / "b")), "--labels", "x"])
+    os.mkfifo(tmp_path / "fifo.png")  # a reader's pipe, never replaced by the picture
+    with pytest.raises(SystemExit, match=r"^error: .*fifo.png is not a regular file"):
+        main([str(tmp_path / "a"), "--out", "fifo.png"])
+    assert (tmp_path / "fifo.png").is_fifo()
+    (tmp_path / "link.png").symlink_to(tmp_path / "elsewhere.png")
+    with pytest.raises(SystemExit, match=r"^error: .*link.png is a symbolic link"):
+        main([str(tmp_path / "a"), "--out", "link.png"])
+    assert (tmp_path / "link.png").is_symlink()
     with pytest.raises(SystemExit) as info:
         main(["--help"])
     assert info.value.code == 0

@@ -37,7 +37,7 @@ from typing import Any, Union
 from pygpt.storage import checkpoint
 from pygpt.config import ModelConfig
 from pygpt.config.fields import config_from_dict
-from pygpt.storage.atomic import guard, recover_folder, unguard
+from pygpt.storage.atomic import check_target, guard, linked, recover_folder, unguard
 from pygpt.storage.run_files import (CONFIG, LABELS, LOSS_PLOT, METRICS, RUNNER_CONFIG, TOKENIZER,
                              TRAIN_STATE, WEIGHTS)
 from pygpt_runtime.json_file import parse_json
@@ -62,11 +62,6 @@ def _owner(fd: int) -> dict[str, Any]:
 
 def _describe(owner: dict[str, Any]) -> str:
     return f"pid {owner.get('pid', '?')} on host {owner.get('host', '?')}"
-
-
-def _linked(path: Path) -> ValueError:
-    return ValueError(f"{path} is a symbolic link; pygpt never writes through one: remove it "
-                      "(or pass another --out)")
 
 
 def _same_file(fd: int, path: Path) -> bool:
@@ -99,8 +94,7 @@ class RunFolder:
             self._take_lock()
             recover_folder(self.path)
             for name in RUN_FILES:
-                if (self.path / name).is_symlink():
-                    raise _linked(self.path / name)
+                check_target(self.path / name, "another --out")
             guard(self.path, self.check_held)
         except BaseException:
             self.__exit__()
@@ -114,7 +108,7 @@ class RunFolder:
                 fd = _open_lock_file(path)
             except OSError as e:
                 if e.errno == errno.ELOOP:
-                    raise _linked(path) from None
+                    raise linked(path, "another --out") from None
                 raise ValueError(f"cannot write into the --out folder {self.path}: "
                                  f"{e.strerror or e}") from None
             try:
