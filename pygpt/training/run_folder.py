@@ -159,17 +159,24 @@ class RunFolder:
             except OSError:
                 pass
 
-    def check_new_run(self, overwrite: bool) -> None:
+    def check_new_run(self, overwrite: bool, resumable: bool = False) -> None:
         """Refuses a new run into a folder that holds anything (a checkpoint, an export, files
-        of any other kind), unless overwrite and the folder holds an earlier pygpt run."""
+        of any other kind), unless overwrite and the folder holds an earlier pygpt run.
+        resumable: the command takes --resume (pygpt.train); the others' refusal of a checkpoint
+        names the command that continues one (a prune's recovery cut short, say)."""
         held = sorted(n for n in os.listdir(self.path) if n != LOCK)
         if not held:
             return
         if _holds_run(self.path, held):
             if overwrite:
                 return
-            raise ValueError(f"{self.path} already holds a checkpoint; pass --resume to continue "
-                             "it, --overwrite to start over, or --out to train elsewhere")
+            if resumable:
+                raise ValueError(f"{self.path} already holds a checkpoint; pass --resume to "
+                                 "continue it, --overwrite to start over, or --out to train "
+                                 "elsewhere")
+            raise ValueError(f"{self.path} already holds a checkpoint; pass --overwrite to "
+                             "replace it or another --out (python -m pygpt.train --resume --out "
+                             f"{self.path} continues training it)")
         shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
         if overwrite:
             what = "an ONNX export" if RUNNER_CONFIG in held else "files that are not a pygpt run"
