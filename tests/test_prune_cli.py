@@ -181,7 +181,7 @@ def test_a_second_prune_into_a_run_names_what_continues_it(gpt, tmp_path):
         prune(["--ckpt", gpt, "--out", out, "--heads-per-layer", "2", "--recover-iters", "3"])
     message = str(e.value.code)
     assert "pass --resume" not in message and "--overwrite" in message, message
-    assert f"python -m pygpt.train --resume --out {out}" in message, message
+    assert f"python -m pygpt.train --resume --out {out} continues" in message, message
     run(pygpt.train.main, ["--resume", "--out", str(out), "--max-iters", "3", "--quiet"])
     assert checkpoint.load_train_state(out)["step"] == 3
 

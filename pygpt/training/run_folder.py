@@ -159,11 +159,13 @@ class RunFolder:
             except OSError:
                 pass
 
-    def check_new_run(self, overwrite: bool, resumable: bool = False) -> None:
+    def check_new_run(self, overwrite: bool, resumable: bool = False,
+                      continued_by: str = "") -> None:
         """Refuses a new run into a folder that holds anything (a checkpoint, an export, files
-        of any other kind), unless overwrite and the folder holds an earlier pygpt run.
-        resumable: the command takes --resume (pygpt.train); the others' refusal of a checkpoint
-        names the command that continues one (a prune's recovery cut short, say)."""
+        of any other kind), unless overwrite and the folder holds an earlier pygpt run. The
+        refusal of a checkpoint says how to continue it: --resume where the command takes it
+        (resumable), else the command continued_by names (a prune's recovery cut short
+        continues as a training run), if any."""
         held = sorted(n for n in os.listdir(self.path) if n != LOCK)
         if not held:
             return
@@ -174,9 +176,9 @@ class RunFolder:
                 raise ValueError(f"{self.path} already holds a checkpoint; pass --resume to "
                                  "continue it, --overwrite to start over, or --out to train "
                                  "elsewhere")
+            hint = f" ({continued_by} continues a run cut short)" if continued_by else ""
             raise ValueError(f"{self.path} already holds a checkpoint; pass --overwrite to "
-                             "replace it or another --out (python -m pygpt.train --resume --out "
-                             f"{self.path} continues training it)")
+                             f"replace it or another --out{hint}")
         shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
         if overwrite:
             what = "an ONNX export" if RUNNER_CONFIG in held else "files that are not a pygpt run"
