@@ -51,6 +51,10 @@ def test_pickle_only_is_refused_with_how_to_convert(copy, tmp_path, monkeypatch)
             "save_pretrained")
 
 
+def edit_json(path, **fields):
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
 @pytest.mark.parametrize("damage, words", [
     (lambda f: (f / "model.safetensors").unlink(), ["no model.safetensors"]),
     (lambda f: (f / "config.json").unlink(), ["no config.json"]),
@@ -62,6 +66,12 @@ def test_pickle_only_is_refused_with_how_to_convert(copy, tmp_path, monkeypatch)
     (lambda f: (f / "merges.txt").write_text("#version: 0.2\na b c\n"), ["merges.txt line 2"]),
     (lambda f: ((f / "model.safetensors.index.json").write_text("{}"),
                 (f / "model.safetensors").unlink()), ["sharded"]),
+    (lambda f: edit_json(f / "config.json", model_type=["gpt2"]), ["model_type ['gpt2']"]),
+    (lambda f: edit_json(f / "vocab.json", a=-1), ["vocab.json: the id of 'a' is -1"]),
+    (lambda f: edit_json(f / "vocab.json", a=2 ** 40), ["vocab.json: the id of 'a' is 1099"]),
+    (lambda f: (f / "tokenizer_config.json").write_text('{"add_prefix_space": "yes"}'),
+     ["tokenizer_config.json: add_prefix_space must be bool"]),
+    (lambda f: edit_json(f / "vocab.json", a=2 ** 31), ["vocab.json maps a token to the id 2147"]),
 ])
 def test_damaged_folders_are_one_line_errors(copy, tmp_path, damage, words):
     damage(copy)

@@ -193,11 +193,19 @@ def test_the_lock_names_this_process_and_only_rank_0_takes_it(run, monkeypatch, 
     assert not (run / LOCK).exists()
 
 
+def test_a_lock_file_json_cannot_read_is_taken_over(tmp_path):
+    (tmp_path / LOCK).write_text("[" * 4000)  # nested past Python's json recursion limit
+    with RunFolder(tmp_path):
+        assert json.loads((tmp_path / LOCK).read_text())["pid"] == os.getpid()
+
+
 # --- resume, paths and the last line ----------------------------------------------------------------
 
-def test_resume_after_a_half_written_metrics_line(run, capsys):
+@pytest.mark.parametrize("line", ['{"step": 9, "train_lo',  # killed mid-append
+                                  "[" * 100000, '{"step": ' + "9" * 5000])  # json cannot read
+def test_resume_after_a_half_written_metrics_line(run, capsys, line):
     with open(run / METRICS, "a") as f:
-        f.write('{"step": 9, "train_lo')  # killed mid-append
+        f.write(line)
     assert train_cli(["--resume", "--out", str(run), "--max-iters", "7", "--quiet"]) == (0, None)
     assert [r["step"] for r in metrics(run)] == [5, 7]
     assert "damaged line" in capsys.readouterr().err

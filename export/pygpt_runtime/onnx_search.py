@@ -28,6 +28,11 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
+# The largest length penalty (GNMT's alpha) a search takes; 0 is the smallest. Useful alphas lie
+# in 0 .. 2; past this one the penalty of a long hypothesis overflows a float.
+MAX_LENGTH_PENALTY = 10.0
+LENGTH_PENALTY_HELP = f"GNMT length penalty alpha of beam search, 0 to {MAX_LENGTH_PENALTY:g}"
+
 
 @dataclass
 class Search:
@@ -39,6 +44,9 @@ class Search:
     def __post_init__(self) -> None:
         if self.beam < 1:
             raise ValueError(f"beam must be at least 1, got {self.beam}")
+        if not 0 <= self.length_penalty <= MAX_LENGTH_PENALTY:  # NaN too
+            raise ValueError(f"length_penalty must be from 0 to {MAX_LENGTH_PENALTY:g}, got "
+                             f"{self.length_penalty}")
         if self.max_extra < 0:
             raise ValueError(f"max_extra must not be negative, got {self.max_extra}")
         if self.max_len is not None and self.max_len < 1:

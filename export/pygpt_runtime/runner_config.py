@@ -4,11 +4,11 @@ damaged or hand-edited file is one `error:` line naming the field instead of a t
 the runner (torch-free, beside onnx_text.py)."""
 from __future__ import annotations
 
-import json
 import reprlib
 from pathlib import Path
 from typing import Optional
 
+from pygpt_runtime.json_file import read_json
 from pygpt_runtime.families import FAMILIES, Check, count, plain_name
 
 RUNNER_CONFIG = "runner.json"  # the export's config (named in pygpt.storage.run_files; no pygpt)
@@ -35,9 +35,11 @@ def _read(folder: Path) -> tuple[dict, Path]:
         raise FileNotFoundError(f"{folder} has no {RUNNER_CONFIG}: not a pygpt ONNX "
                                 "export (or one made before it was named so: export again)")
     try:
-        config = {"family": "gpt", **json.loads(config_path.read_text(encoding="utf-8"))}
-    except (ValueError, TypeError) as e:  # not UTF-8, not JSON, or JSON but no object
-        raise ValueError(f"{config_path} is damaged ({e}): export again") from None
+        config = {"family": "gpt", **read_json(config_path)}
+    except ValueError as e:  # not UTF-8, nor JSON
+        raise ValueError(f"{e}: export again") from None
+    except TypeError:  # JSON, but no object
+        raise ValueError(f"{config_path} is not a JSON object: export again") from None
     if not isinstance(config["family"], str) or config["family"] not in FAMILIES:
         raise ValueError(f"{config_path}: family must be {', '.join(FAMILIES)}, got "
                          f"{reprlib.repr(config['family'])}: export again")

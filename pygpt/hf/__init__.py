@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import reprlib
 from pathlib import Path
 from types import ModuleType
 from typing import Union
@@ -37,9 +38,9 @@ FRESH_SEED = 0  # the seed of the parts a folder lacks: the same import gives th
 
 def _family(hf: dict) -> ModuleType:
     model_type = hf.get("model_type")
-    if model_type not in FAMILIES:
-        raise ValueError(f"config.json: unsupported model_type {model_type!r} (pygpt converts "
-                         f"{' and '.join(FAMILIES)})")
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
+        raise ValueError(f"config.json: unsupported model_type {reprlib.repr(model_type)} (pygpt "
+                         f"converts {' and '.join(FAMILIES)})")
     return FAMILIES[model_type]
 
 
