@@ -112,6 +112,7 @@ class Rows:
 
 class FailsOnce:
     """A GPT whose first decode fails as a defect would; later ones give token 1."""
+    context_length = 16
 
     def __init__(self):
         self.calls = 0

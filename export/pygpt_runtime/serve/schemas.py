@@ -9,6 +9,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from pygpt_runtime.cli_checks import MAX_SEED
+from pygpt_runtime.onnx_search import MAX_LENGTH_PENALTY
 from pygpt_runtime.serve.logprobs import MAX_LOGPROBS
 
 Text = Annotated[str, Field(min_length=1)]
@@ -78,7 +79,7 @@ class TranslateRequest(Body):
     text: Union[Text, Annotated[list[str], Field(min_length=1)]] = Field(
         description="a sentence, or a list of sentences")
     beam: int = Field(4, ge=1, le=MAX_BEAM, description="beam size (1: greedy)")
-    length_penalty: Finite = Field(0.6, ge=0, description="GNMT's alpha")
+    length_penalty: Finite = Field(0.6, ge=0, le=MAX_LENGTH_PENALTY, description="GNMT's alpha")
     max_len_extra: int = Field(50, ge=0, description="a translation holds at most the source's "
                                                      "tokens + this many")
 
