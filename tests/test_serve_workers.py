@@ -117,7 +117,7 @@ class FailsOnce:
     def __init__(self):
         self.calls = 0
 
-    def stream_batch(self, prompts, max_tokens, sampling=None, generator=None):
+    def stream_batch(self, prompts, max_tokens, sampling=None, generator=None, observe=None):
         import torch
 
         self.calls += 1
