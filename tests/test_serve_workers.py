@@ -106,7 +106,8 @@ class Rows:
         self.rows = [Generation([1, 2], max_tokens, {"greedy": True, "temperature": 1.0,
                                                       "top_k": None, "top_p": None},
                                 np.random.default_rng(0),
-                                lambda kind, text, i=i: self.events[i].append((kind, text)))
+                                lambda kind, text, scored=None, i=i:
+                                self.events[i].append((kind, text)))
                      for i in range(n)]
 
 
