@@ -1,5 +1,6 @@
 """The server tests' helpers: pygpt-serve started in a subprocess on a free loopback port, in an
-environment where `import torch` fails, the server-sent events of a streamed completion, and an
+environment where `import torch` fails, the app in process over the format 1 GPT export of
+tests/fixtures (app_client), the server-sent events of a streamed completion, and an
 onnxruntime session that counts its graph calls, and headless Chromium for the playground."""
 import contextlib
 import json
@@ -9,11 +10,14 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from helpers import torch_free_env
+
+FIXTURE_EXPORT = Path(__file__).resolve().parent / "fixtures" / "gpt-onnx-format1"
 
 
 def free_port() -> int:
@@ -59,6 +63,18 @@ class Server:
             self.process.kill()
             _, err = self.process.communicate()
         return self.process.returncode, err
+
+
+def app_client(base_url: str = "http://127.0.0.1:8000"):
+    """starlette's TestClient over the app of FIXTURE_EXPORT; used as a context manager it runs
+    the app's lifespan, which closes the worker."""
+    from fastapi.testclient import TestClient
+
+    from pygpt_runtime.serve.app import create_app
+    from pygpt_runtime.serve.served import Limits, open_export
+
+    app = create_app(open_export(str(FIXTURE_EXPORT), Limits()))
+    return TestClient(app, base_url=base_url)
 
 
 class CountingSession:

@@ -8,7 +8,7 @@ import asyncio
 import json
 import time
 import uuid
-from typing import AsyncIterator, Optional
+from typing import TYPE_CHECKING, AsyncIterator, Optional
 
 import numpy as np
 from fastapi import APIRouter, Request
@@ -17,6 +17,9 @@ from fastapi.responses import StreamingResponse
 from pygpt_runtime.serve.workers import Generation, RowsWorker
 from pygpt_runtime.serve.errors import ModelError, RequestError
 from pygpt_runtime.serve.schemas import CompletionRequest
+
+if TYPE_CHECKING:
+    from pygpt_runtime.serve.metrics import TokenClock
 
 
 class StopText:
@@ -68,8 +71,10 @@ class Choice:
 class Completion:
     """One request's rows in the worker, their events coming back on this event loop."""
 
-    def __init__(self, worker: RowsWorker, body: CompletionRequest, rows: list[list[int]]):
+    def __init__(self, worker: RowsWorker, body: CompletionRequest, rows: list[list[int]],
+                 clock: Optional[TokenClock] = None):
         self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        self.clock = clock  # metrics.TokenClock: told of each token
         self.queue: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         self.choices = [Choice(ids, body.stops()) for ids in rows]
@@ -99,6 +104,8 @@ class Completion:
                 if choice.finish_reason is not None:
                     continue  # the row's tokens after its stop sequence
                 text = choice.event(kind, payload)
+                if kind == "token" and self.clock is not None:
+                    self.clock.token(index)
                 if choice.finish_reason == "stop":
                     self.rows[index].stopped = True
                 yield index, text
@@ -144,7 +151,8 @@ def router(served) -> APIRouter:
                                               f"got {len(body.prompts())}")
         rows = [served.encode(text, "prompt" if isinstance(body.prompt, str) else f"prompt[{n}]")
                 for n, text in enumerate(body.prompts())]
-        completion = Completion(served.worker, body, rows)
+        completion = Completion(served.worker, body, rows,
+                                request.app.state.metrics.clock(request))
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
             return StreamingResponse(_events(completion, served.name, usage),
