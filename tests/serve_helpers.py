@@ -65,16 +65,32 @@ class Server:
         return self.process.returncode, err
 
 
-def app_client(base_url: str = "http://127.0.0.1:8000"):
-    """starlette's TestClient over the app of FIXTURE_EXPORT; used as a context manager it runs
-    the app's lifespan, which closes the worker."""
+def app_client(access=None):
+    """starlette's TestClient over the app of FIXTURE_EXPORT (access: a serve.access.Access);
+    used as a context manager it runs the app's lifespan, which closes the worker."""
     from fastapi.testclient import TestClient
 
+    from pygpt_runtime.serve.access import Access
     from pygpt_runtime.serve.app import create_app
     from pygpt_runtime.serve.served import Limits, open_export
 
-    app = create_app(open_export(str(FIXTURE_EXPORT), Limits()))
-    return TestClient(app, base_url=base_url)
+    app = create_app(open_export(str(FIXTURE_EXPORT), Limits()), access or Access())
+    return TestClient(app, base_url="http://127.0.0.1:8000")
+
+
+def command_error(*flags: str) -> str:
+    """The one-line error pygpt-serve --model FIXTURE_EXPORT *flags exits with, run in process
+    (the signal handlers it sets are put back)."""
+    from pygpt_runtime.serve import command
+
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as exited:
+            command.main(["--model", str(FIXTURE_EXPORT), *flags])
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
+    return str(exited.value)
 
 
 class CountingSession:
