@@ -9,7 +9,8 @@ version, which `import pygpt` checks against the running torch.
 Besides pygpt, the build installs pygpt_runtime (export/pygpt_runtime, the torch-free ONNX
 runner that pygpt's own code imports, with the server's playground page) and the console
 commands pygpt-train, pygpt-generate, pygpt-export, pygpt-classify, pygpt-fill-mask,
-pygpt-translate, pygpt-run and pygpt-serve (whose FastAPI and uvicorn the "serve" extra adds).
+pygpt-translate, pygpt-run and pygpt-serve (whose FastAPI, uvicorn and prometheus_client the
+"serve" extra adds).
 
 The CPU kernels (csrc/cpu) are compiled once per instruction set, on x86-64 for the baseline,
 AVX2 + FMA (x86-64-v3) and AVX-512 (x86-64-v4), and the first kernel call picks the best one the
@@ -47,7 +48,8 @@ except ImportError:
     sys.exit(INSTALL_HINT)
 
 
-SERVE = ["fastapi>=0.110", "uvicorn[standard]>=0.29"]  # pygpt-serve's (export/pyproject.toml's "serve")
+# pygpt-serve's (export/pyproject.toml's "serve")
+SERVE = ["fastapi>=0.110", "uvicorn[standard]>=0.29", "prometheus_client>=0.20"]
 BUILD_INFO = "_build_info.py"  # written beside pygpt/_C, read by pygpt/__init__.py
 
 

@@ -1,5 +1,6 @@
 """The server tests' helpers: pygpt-serve started in a subprocess on a free loopback port, in an
-environment where `import torch` fails, the server-sent events of a streamed completion, and an
+environment where `import torch` fails, the app in process over the format 1 GPT export of
+tests/fixtures (app_client), the server-sent events of a streamed completion, and an
 onnxruntime session that counts its graph calls, and headless Chromium for the playground."""
 import contextlib
 import json
@@ -9,11 +10,14 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from helpers import torch_free_env
+
+FIXTURE_EXPORT = Path(__file__).resolve().parent / "fixtures" / "gpt-onnx-format1"
 
 
 def tiny_gpt(root):
@@ -84,6 +88,34 @@ def wait_for(server, **wanted) -> None:
             return
         assert time.monotonic() < deadline, f"/health stayed {health}, wanted {wanted}"
         time.sleep(0.05)
+
+
+def app_client(access=None):
+    """starlette's TestClient over the app of FIXTURE_EXPORT (access: a serve.access.Access);
+    used as a context manager it runs the app's lifespan, which closes the worker."""
+    from fastapi.testclient import TestClient
+
+    from pygpt_runtime.serve.access import Access
+    from pygpt_runtime.serve.app import create_app
+    from pygpt_runtime.serve.served import Limits, open_export
+
+    app = create_app(open_export(str(FIXTURE_EXPORT), Limits()), access or Access())
+    return TestClient(app, base_url="http://127.0.0.1:8000")
+
+
+def command_error(*flags: str) -> str:
+    """The one-line error pygpt-serve --model FIXTURE_EXPORT *flags exits with, run in process
+    (the signal handlers it sets are put back)."""
+    from pygpt_runtime.serve import command
+
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as exited:
+            command.main(["--model", str(FIXTURE_EXPORT), *flags])
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
+    return str(exited.value)
 
 
 class CountingSession:

@@ -15,12 +15,21 @@ export GET /health. The model is named after its folder (out/onnx/ serves "onnx"
 server says when it starts): a completion request's "model", which the `openai` client must
 pass, is that name. Requests that arrive together decode together; a full queue answers 503.
 Ctrl-C or SIGTERM stops the server cleanly: no new connections, open streams finish (up to
---grace seconds, then they are closed), exit status 130 / 143. Needs the `serve` extra
-(FastAPI, uvicorn): pip install 'pygpt-runtime[serve]'."""
+--grace seconds, then they are closed), exit status 130 / 143.
+
+Bound to a loopback address, the server answers only Host: localhost, 127.0.0.1 or [::1]
+(--allowed-hosts adds names). With --api-key (or PYGPT_API_KEY) the /v1 routes and /metrics
+need the header Authorization: Bearer KEY; /health and the playground page stay open.
+
+GET /metrics answers in Prometheus' text format; every response has an X-Request-Id and every
+request a log line (--log-level info). Needs the `serve` extra (FastAPI, uvicorn,
+prometheus_client): pip install 'pygpt-runtime[serve]'."""
 from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
+import os
 import signal
 import sys
 from typing import Any, Callable, Optional
@@ -101,8 +110,26 @@ def parser(checkpoints: Optional[Checkpoints] = None) -> argparse.ArgumentParser
                    help="seconds open streams may take to finish once stopping")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],
-                   help="uvicorn's log level (info: a line per request)")
+                   help="the server's log level (info: a line per request)")
+    p.add_argument("--allowed-hosts", nargs="+", default=[], metavar="NAME",
+                   help="Host names answered besides localhost, 127.0.0.1 and [::1] "
+                        "(\"*.example.com\": its subdomains; \"*\": any); by default a server "
+                        "bound to a loopback address answers only those, another any")
+    p.add_argument("--api-key", default=os.environ.get("PYGPT_API_KEY"),
+                   help="the key /v1 and /metrics need as Authorization: Bearer KEY (default: "
+                        "the environment variable PYGPT_API_KEY, which `ps` does not show; "
+                        "none: no key)")
     return p
+
+
+def log_config(level: str) -> dict:
+    """uvicorn's logging configuration, with the "pygpt.serve" logger (a line per request)."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["pygpt.serve"] = {"handlers": ["default"], "level": level.upper(),
+                                        "propagate": False}
+    return config
 
 
 def main(argv: Optional[list[str]] = None, checkpoints: Optional[Checkpoints] = None) -> None:
@@ -120,11 +147,13 @@ def main(argv: Optional[list[str]] = None, checkpoints: Optional[Checkpoints] = 
             try:
                 import uvicorn
 
+                from pygpt_runtime.serve.access import Access
                 from pygpt_runtime.serve.app import create_app
                 from pygpt_runtime.serve.served import Limits, open_export
             except ImportError as e:
-                raise ImportError(f"the server needs FastAPI and uvicorn ({e}): pip install "
-                                  "'pygpt-runtime[serve]'") from None
+                raise ImportError(f"the server needs FastAPI, uvicorn and prometheus_client "
+                                  f"({e}): pip install 'pygpt-runtime[serve]'") from None
+            access = Access.from_flags(args.host, args.allowed_hosts, args.api_key)
             limits = Limits(args.queue_size, args.max_batch, args.max_tokens,
                             args.max_text_tokens, args.max_body_bytes)
             if getattr(args, "ckpt", None) is not None:
@@ -140,8 +169,9 @@ def main(argv: Optional[list[str]] = None, checkpoints: Optional[Checkpoints] = 
         print(f"pygpt-serve: {serving(served, args.host, args.port)}", file=sys.stderr,
               flush=True)
         server = _server(served, uvicorn.Config(
-            create_app(served), host=args.host, port=args.port, log_level=args.log_level,
-            timeout_graceful_shutdown=args.grace))
+            create_app(served, access), host=args.host, port=args.port,
+            log_level=args.log_level, log_config=log_config(args.log_level),
+            access_log=False, timeout_graceful_shutdown=args.grace))
         try:
             server.run()  # a port it cannot listen on: uvicorn's error line, exit status 1
         finally:

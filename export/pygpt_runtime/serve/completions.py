@@ -10,7 +10,7 @@ import asyncio
 import json
 import time
 import uuid
-from typing import Any, AsyncIterator, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 
 import numpy as np
 from fastapi import APIRouter, Request
@@ -23,6 +23,9 @@ from pygpt_runtime.serve.logprobs import Logprobs, Scored, score_prompt
 from pygpt_runtime.serve.workers import Generation, RowsWorker
 from pygpt_runtime.serve.schemas import CompletionRequest
 from pygpt_runtime.text import TextStream
+
+if TYPE_CHECKING:
+    from pygpt_runtime.serve.metrics import TokenClock
 
 
 class StopText:
@@ -90,8 +93,10 @@ class Completion:
     begins with its prompt (and its log-probabilities with the prompt's, `prompt_scores`)."""
 
     def __init__(self, worker: RowsWorker, body: CompletionRequest, rows: list[list[int]],
-                 tokenizer: Any, prompt_scores: Optional[list[list[Scored]]] = None):
+                 tokenizer: Any, prompt_scores: Optional[list[list[Scored]]] = None,
+                 clock: Optional[TokenClock] = None):
         self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        self.clock = clock  # metrics.TokenClock: told of each token
         self.queue: asyncio.Queue = asyncio.Queue()
         self.prompt_tokens = sum(len(ids) for ids in rows)
         loop = asyncio.get_running_loop()
@@ -129,6 +134,8 @@ class Completion:
                 if choice.finish_reason is not None:
                     continue  # the row's tokens after its stop sequence
                 text = choice.event(kind, payload, scored)
+                if kind == "token" and self.clock is not None:
+                    self.clock.token(index)
                 if choice.finish_reason == "stop":
                     self.rows[index].stopped = True
                 yield index, text
@@ -210,7 +217,8 @@ def router(served) -> APIRouter:
                                                     f"context); prompt {n} has {len(ids)}")
             scores = [score_prompt(await asyncio.to_thread(worker.prompt_logits, ids), ids,
                                    body.logprobs) for ids in rows]
-        completion = Completion(served.worker, body, rows, served.tokenizer, scores)
+        completion = Completion(served.worker, body, rows, served.tokenizer, scores,
+                                request.app.state.metrics.clock(request))
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
             return StreamingResponse(_events(completion, served.name, usage),

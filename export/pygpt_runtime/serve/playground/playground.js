@@ -2,7 +2,9 @@
 // (a GPT's completions streamed as server-sent events, BERT's fill-mask or classify, the
 // translator), and for a checkpoint served with PyTorch draws the input's attention maps on
 // canvases (a translator's encoder, decoder or cross-attention: target rows by source
-// columns). Plain browser JavaScript, no library.
+// columns). When the API answers 401 (a server started with --api-key) it asks for the key and
+// sends it as Authorization: Bearer, keeping it in this tab's sessionStorage. Plain browser
+// JavaScript, no library.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -10,11 +12,24 @@ const number = (id) => ($(id).value === "" ? undefined : Number($(id).value));
 
 function showError(message) { $("error").textContent = message || ""; }
 
+const KEY = "pygpt-api-key";  // the API key's name in sessionStorage
+
+function useKey(event) {
+  event.preventDefault();
+  sessionStorage.setItem(KEY, $("api-key").value);
+  $("api-key").value = "";
+  $("auth").hidden = true;
+  showError("");
+}
+
 async function post(path, body, signal) {
-  const response = await fetch(path, {method: "POST", headers: {"Content-Type": "application/json"},
-                                      body: JSON.stringify(body), signal});
+  const headers = {"Content-Type": "application/json"};
+  const key = sessionStorage.getItem(KEY);
+  if (key) headers.Authorization = `Bearer ${key}`;
+  const response = await fetch(path, {method: "POST", headers, body: JSON.stringify(body), signal});
   if (!response.ok) {
     const problem = await response.json().catch(() => ({}));
+    if (response.status === 401) { $("auth").hidden = false; $("api-key").focus(); }
     throw new Error((problem.error && problem.error.message) || response.statusText);
   }
   return response;
@@ -214,6 +229,7 @@ async function start() {
   $("model").textContent = `${health.model} · ${health.family} · ${health.task}`;
   const panel = {gpt: "gpt", bert: health.task, seq2seq: "translate"}[health.family];
   $(panel).hidden = false;
+  $("auth").onsubmit = useKey;
   $("generate").onclick = generate;
   $("halt").onclick = () => running && running.abort();
   $("fill").onclick = guarded(fill);
