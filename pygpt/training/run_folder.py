@@ -37,7 +37,8 @@ from typing import Any, Union
 from pygpt.storage import checkpoint
 from pygpt.config import ModelConfig
 from pygpt.config.fields import config_from_dict
-from pygpt.storage.atomic import check_target, guard, linked, recover_folder, unguard
+from pygpt.storage.atomic import guard, recover_folder, unguard
+from pygpt.storage.targets import check_target, linked
 from pygpt.storage.run_files import (CONFIG, LABELS, LOSS_PLOT, METRICS, RUNNER_CONFIG, TOKENIZER,
                              TRAIN_STATE, WEIGHTS)
 from pygpt_runtime.json_file import parse_json
