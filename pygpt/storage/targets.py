@@ -2,7 +2,11 @@
 socket or a folder at a path pygpt writes is refused with one line, never replaced by a file: a
 rename over a link replaces the link its owner made, over a FIFO the pipe a reader waits on.
 Every write of pygpt.storage.atomic holds its target to this rule, and the run folders
-(pygpt.training.run_folder) hold their files to it before a run starts."""
+(pygpt.training.run_folder) hold their files to it before a run starts.
+
+A folder a command is told to write (--out) or to read from elsewhere (convert --from-hf) is
+the folder itself or nothing (check_folder): a symbolic link to one is refused, never followed
+to where it points."""
 from __future__ import annotations
 
 import os
@@ -15,6 +19,17 @@ def linked(path: Path, instead: str = "another path") -> ValueError:
     """The error for a symbolic link where pygpt would write; instead: what to pass then."""
     return ValueError(f"{path} is a symbolic link; pygpt never writes through one: remove it "
                       f"(or pass {instead})")
+
+
+def check_folder(path: Union[str, Path], flag: str) -> None:
+    """A ValueError naming flag unless path is absent or a folder itself: a symbolic link (to a
+    folder or not) or any other kind of file is refused."""
+    path = Path(path)
+    if path.is_symlink():
+        raise ValueError(f"{flag} {path} is a symbolic link, which pygpt does not follow: pass "
+                         "the folder itself")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {path} is a file, not a folder")
 
 
 def check_target(path: Union[str, Path], instead: str = "another path") -> None:
