@@ -116,6 +116,20 @@ def test_symbolic_links_are_not_followed(copy, tmp_path):
     refused(copy, tmp_path / "run", "symbolic link")
 
 
+def test_linked_folders_are_refused_both_ways(folder, copy, tmp_path):
+    """A symbolic link named as the folder to read or to write is refused, never followed."""
+    (tmp_path / "link").symlink_to(copy)
+    refused(tmp_path / "link", tmp_path / "run", "--from-hf", "symbolic link")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out-link").symlink_to(tmp_path / "elsewhere")
+    code, message = convert("--from-hf", folder, "--out", tmp_path / "out-link")
+    assert code == 1 and "--out" in message and "symbolic link" in message, message
+    assert convert("--from-hf", folder, "--out", tmp_path / "run") == (0, None)
+    code, message = convert("--to-hf", tmp_path / "run", "--out", tmp_path / "out-link")
+    assert code == 1 and "--out" in message and "symbolic link" in message, message
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
 def test_missing_folder(tmp_path):
     refused(tmp_path / "nowhere", tmp_path / "run", "no Hugging Face model folder")
 

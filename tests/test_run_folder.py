@@ -129,6 +129,16 @@ def test_out_naming_a_file_is_refused_before_training(text_file, tmp_path, monke
     assert code == 1 and message.startswith("error: ")
 
 
+def test_out_naming_a_link_to_a_folder_is_refused_before_training(text_file, tmp_path,
+                                                                  monkeypatch):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    refuse_training(monkeypatch)
+    code, message = train_cli(FLAGS + ["--data", str(text_file), "--out", str(tmp_path / "link")])
+    assert code == 1 and "symbolic link" in message and "\n" not in message, message
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
 def test_unwritable_out_is_refused_before_training(text_file, tmp_path, monkeypatch):
     refuse_training(monkeypatch)
     out = tmp_path / "read-only"

@@ -43,7 +43,8 @@ class OnnxSeq2Seq:
             raise ValueError(f"no {variant} model in {self.folder} (has: "
                              f"{', '.join(self.config['models'])})")
         self.io = self.config["io"]
-        self.sessions = {part: open_session(self.folder / name, threads, self.io[part][0])
+        self.sessions = {part: open_session(self.folder / name, threads, self.io[part][0],
+                                            self.config)
                          for part, name in self.config["models"][variant].items()}
         self.block_size = self.config["block_size"]
         self.tokenizer = load_tokenizer(self.folder / self.config["tokenizer"]["file"],

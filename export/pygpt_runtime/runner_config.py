@@ -4,6 +4,7 @@ damaged or hand-edited file is one `error:` line naming the field instead of a t
 the runner (torch-free, beside onnx_text.py)."""
 from __future__ import annotations
 
+import re
 import reprlib
 from pathlib import Path
 from typing import Optional
@@ -12,12 +13,18 @@ from pygpt_runtime.json_file import read_json
 from pygpt_runtime.families import FAMILIES, Check, count, plain_name
 
 RUNNER_CONFIG = "runner.json"  # the export's config (named in pygpt.storage.run_files; no pygpt)
+# The key of a graph's metadata that records the positions it holds (pygpt.onnx.graph.to_onnx
+# writes it; exports made before lack it): runner.json's block_size may not exceed it.
+GRAPH_BLOCK_SIZE = "pygpt.block_size"
+# The largest block_size a runner.json may name where its graph records none.
+MAX_BLOCK_SIZE = 1 << 20
 # The fields of every export's runner.json.
 COMMON: dict[str, Check] = {
     "tokenizer": (lambda v: isinstance(v, dict) and isinstance(v.get("kind"), str)
                   and plain_name(v.get("file")), "an object naming its kind and a file of the "
                                                  "folder"),
-    "block_size": (count, "a positive count")}
+    "block_size": (lambda v: count(v) and v <= MAX_BLOCK_SIZE,
+                   f"a positive count of at most {MAX_BLOCK_SIZE}")}
 
 
 def export_files(config: dict) -> list[str]:
@@ -81,6 +88,18 @@ def read_config(folder: Path, family: Optional[str] = None, refusal: str = "") -
     if of.check is not None:
         of.check(config, config_path)
     return config
+
+
+def check_block_size(config: dict, graph: Path, metadata: dict[str, str]) -> None:
+    """A ValueError unless the block_size of the checked runner.json config is at most the
+    positions its graph records (metadata: the graph file's, GRAPH_BLOCK_SIZE); a graph that
+    records none (an export made before) is held to MAX_BLOCK_SIZE alone."""
+    held = metadata.get(GRAPH_BLOCK_SIZE)
+    if held is None:
+        return
+    if not re.fullmatch("[0-9]{1,18}", held) or config["block_size"] > int(held):
+        raise ValueError(f"{graph} holds {reprlib.repr(held)} positions but its {RUNNER_CONFIG}'s "
+                         f"block_size is {config['block_size']}: export again")
 
 
 def past_heads(config: dict, past_name: str) -> int:

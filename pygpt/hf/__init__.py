@@ -29,6 +29,7 @@ from pygpt.hf.folder import CONFIG, WEIGHTS, WeightsFile, read_config
 from pygpt.hf.mapping import Layout
 from pygpt.hf.tokenizer_files import export_files, read_tokenizer
 from pygpt.storage.atomic import FolderWrite, is_leftover
+from pygpt.storage.targets import check_folder
 from pygpt.training.run_folder import LOCK, RUN_FILES, RunFolder
 
 FAMILIES: dict[str, ModuleType] = {gpt2.MODEL_TYPE: gpt2, bert.MODEL_TYPE: bert}
@@ -86,8 +87,7 @@ def check_export_out(run: Path, out: Path) -> None:
     """Refuses an --out that is the run itself, a file, or a folder holding anything."""
     if out.resolve() == run.resolve():
         raise ValueError(f"--out {out} is the run folder itself; the export needs its own folder")
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise ValueError(f"--out {out} is not a folder")
+    check_folder(out, "--out")
     held = sorted(n for n in os.listdir(out) if n != LOCK and not is_leftover(n)) \
         if out.exists() else []
     if held:

@@ -21,6 +21,7 @@ from typing import Any, Optional
 import torch
 from safetensors import SafetensorError, safe_open
 
+from pygpt.storage.targets import check_folder
 from pygpt_runtime.json_file import parse_json
 
 CONFIG = "config.json"
@@ -82,6 +83,7 @@ def read_json(folder: Path, name: str, limit: int = MAX_JSON_BYTES) -> Optional[
 def read_config(folder: Path) -> dict[str, Any]:
     """The folder's config.json, after the folder itself and its weights file are checked to
     exist (a missing folder, a pickle-only one, sharded weights: one line each)."""
+    check_folder(folder, "--from-hf")
     if not folder.is_dir():
         raise ValueError(f"no Hugging Face model folder at {folder}")
     if regular_file(folder, WEIGHTS) is None:

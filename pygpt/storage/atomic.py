@@ -19,25 +19,19 @@ the previous contents whole, never a half-written file or a folder of mixed save
   write into it call check() first, which raises once the folder is no longer the one it
   locked (removed or replaced): its writer stops instead of writing into another folder.
 
-What a write replaces must be a regular file or nothing (`check_target`): a symbolic link, a
-FIFO, a device or a folder at the path is refused with a ValueError, never replaced by a file.
-
-A folder may come from elsewhere, so nothing here follows a symbolic link where it writes, and
-recovery trusts no marker (pygpt.storage.commit_marker.read_marker): a damaged one, or one naming
-anything but plain names of the folder that its change staged, is refused with a ValueError
-before anything is touched, as is a staging folder that is a link.
+A folder may come from elsewhere, so nothing here writes over anything but a regular file
+(pygpt.storage.targets), and recovery trusts no marker (pygpt.storage.commit_marker.read_marker):
+a damaged one, or one naming anything but plain names of the folder that its change staged, is
+refused with a ValueError before anything is touched, as is a staging folder that is a link.
 
 A save the OS refuses (no space left, a read-only disk, a quota) discards the staging folder
 and raises an OSError naming the folder, with the OS's reason, saying the previous contents are
-intact.
-
-Every file is given the mode a plain open() gives (0666 less the umask), also where the writing
-library creates 0600 files.
+intact. Every file is given the mode a plain open() gives (0666 less the umask), also where the
+writing library creates 0600 files.
 
 Test hook: with the environment variable PYGPT_TEST_KILL_AT=k, the process SIGKILLs itself right
 after its k-th file operation here (a file written, renamed, moved or removed, a folder created
-or removed), so tests can cut a save between any two operations (tests/test_crash_consistency).
-"""
+or removed), so tests can cut a save between any two operations (tests/test_crash_consistency)."""
 from __future__ import annotations
 
 import json
@@ -45,13 +39,13 @@ import os
 import re
 import shutil
 import signal
-import stat
 import time
 from pathlib import Path
 from types import TracebackType
 from typing import Callable, Optional, Sequence, TypeVar, Union
 
 from pygpt.storage.commit_marker import MARKER, is_plain_name, read_marker
+from pygpt.storage.targets import check_target
 
 KILL_ENV = "PYGPT_TEST_KILL_AT"
 STAGING = ".staging-"
@@ -120,32 +114,8 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def linked(path: Path, instead: str = "another path") -> ValueError:
-    """The error for a symbolic link where pygpt would write; instead: what to pass then."""
-    return ValueError(f"{path} is a symbolic link; pygpt never writes through one: remove it "
-                      f"(or pass {instead})")
-
-
-def check_target(path: Union[str, Path], instead: str = "another path") -> None:
-    """A ValueError unless path is absent or a regular file, what a write here replaces: a
-    symbolic link (linked), a FIFO, a device, a socket or a folder is left as it is (a reader
-    of the FIFO, the link's owner, expect it to stay). instead: what to pass then."""
-    path = Path(path)
-    try:
-        mode = os.lstat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    if stat.S_ISLNK(mode):
-        raise linked(path, instead)
-    if not stat.S_ISREG(mode):
-        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
-        raise ValueError(f"{path} is {kind}; pygpt writes only over a regular file: remove it "
-                         f"(or pass {instead})")
-
-
 def atomic_write(path: Union[str, Path], write: Callable[[Path], None]) -> None:
-    """Calls write(tmp) on a temporary path beside `path`, then renames it over `path`; a
-    ValueError first if path is anything but a regular file or absent (check_target)."""
+    """Calls write(tmp) on a temporary path beside `path`, then renames it over `path`."""
     path = Path(path)
     check_target(path)
     _check_owner(path.parent)

@@ -37,7 +37,8 @@ from typing import Any, Union
 from pygpt.storage import checkpoint
 from pygpt.config import ModelConfig
 from pygpt.config.fields import config_from_dict
-from pygpt.storage.atomic import check_target, guard, linked, recover_folder, unguard
+from pygpt.storage.atomic import guard, recover_folder, unguard
+from pygpt.storage.targets import check_folder, check_target, linked
 from pygpt.storage.run_files import (CONFIG, LABELS, LOSS_PLOT, METRICS, RUNNER_CONFIG, TOKENIZER,
                              TRAIN_STATE, WEIGHTS)
 from pygpt_runtime.json_file import parse_json
@@ -82,8 +83,7 @@ class RunFolder:
         self.path, self.what, self._fd, self._created = Path(path), what, None, False
 
     def __enter__(self) -> "RunFolder":
-        if self.path.exists() and not self.path.is_dir():
-            raise ValueError(f"--out {self.path} is a file, not a folder")
+        check_folder(self.path, "--out")
         self._created = not self.path.exists()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
