@@ -62,6 +62,9 @@ def test_the_api_key_guards_v1_and_metrics_not_health_or_the_page():
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
         for path in ("/health", "/", "/playground/playground.js", "/openapi.json"):
             assert c.get(path).status_code == 200, path
+        counted = c.get("/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    # refused before routing: counted under no route
+    assert 'pygpt_requests_total{route="(none)",status="401"} 5.0' in counted
 
 
 def test_the_openai_client_passes_its_api_key():
