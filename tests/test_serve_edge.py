@@ -84,7 +84,8 @@ def test_slow_or_silent_headers_are_cut_after_the_header_timeout(server):
 def test_a_slow_body_is_cut_after_the_body_timeout(server):
     wait_served(server)
     slow = connect(server, b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
-                           b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"pr")
+                           b"X-Request-Id: slow-body-1\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: 100\r\n\r\n{\"pr")
     status, body, took = answer(slow, 10, trickle=b" ")
     assert status == 408 and took < BODY_TIMEOUT + 3, took
     assert "request's body did not arrive within the server's limit of 1 seconds" in \
@@ -174,7 +175,9 @@ def test_every_request_leaves_one_log_line_and_uvicorn_none(server):
     line = [line for line in err.splitlines() if "id=edge-test-1" in line]
     assert len(line) == 1 and 'path="/v1/completions" status=200' in line[0]
     assert line[0].endswith("tokens=4") and line[0].startswith("INFO:")
-    assert "refused status=408 reason=timeout" in err
+    assert "refused status=408 reason=timeout" in err  # the headers that came too slowly
+    body_cut = [line for line in err.splitlines() if "id=slow-body-1" in line]
+    assert len(body_cut) == 1 and "status=408" in body_cut[0]  # not the app's 400 after it
     assert '"POST /v1/completions HTTP/1.1" 200' not in err  # uvicorn's access line
     assert "Traceback" not in err
 

@@ -29,7 +29,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from pygpt_runtime.serve.errors import error_body
-from pygpt_runtime.serve.request_log import new_request_id
+from pygpt_runtime.serve.request_log import RECORD, new_request_id
 
 OPEN_WHEN_FULL = ("/health", "/metrics")  # what a full server still answers
 log = logging.getLogger("pygpt.serve")
@@ -134,17 +134,23 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()  # answered already; the client still sends its body
             return
         seconds = self.guards.header_timeout if phase == "headers" else self.guards.body_timeout
+        entry = self.cycle.scope.get(RECORD) if phase == "body" else None
+        if entry is not None:  # the request's own log line says 408, not what the app answers
+            entry["status"], entry["cut"] = 408, True
         self.answer(408, f"the request's {phase} did not arrive within the server's limit of "
-                         f"{seconds:g} seconds")
+                         f"{seconds:g} seconds", entry)
 
-    def answer(self, status: int, message: str) -> None:
-        """Writes a JSON error and closes the connection (no request is being answered)."""
+    def answer(self, status: int, message: str, entry: Optional[dict] = None) -> None:
+        """Writes a JSON error and closes the connection; entry: the record of the request it
+        answers for the app (whose id it carries, and whose log line says it), if any."""
         body = error_body(status, message).body
         head = (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
                 f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
-                f"x-request-id: {new_request_id()}\r\nconnection: close\r\n\r\n")
-        log.info("refused status=%d reason=%s", status, {408: "timeout", 431: "headers"}.get(
-            status, "http"))
+                f"x-request-id: {entry['id'] if entry else new_request_id()}\r\n"
+                "connection: close\r\n\r\n")
+        if entry is None:
+            log.info("refused status=%d reason=%s", status, {408: "timeout", 431: "headers"}.get(
+                status, "http"))
         self.transport.write(head.encode("ascii") + body)
         self.transport.close()
 
