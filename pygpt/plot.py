@@ -15,7 +15,6 @@ alone, and works without a display. The PNG is written atomically (pygpt.storage
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -27,6 +26,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter
 
 from pygpt.storage.atomic import atomic_write
+from pygpt_runtime.json_file import parse_json
 from pygpt.storage.run_files import LOSS_PLOT, METRICS
 
 FIGSIZE = (11.0, 4.8)  # inches
@@ -48,10 +48,7 @@ def read_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}, line {number}: not valid JSON ({e.msg})") from None
+        record = parse_json(line, f"{path}, line {number}")
         if not isinstance(record, dict) or not _is_number(record.get("step")):
             raise ValueError(f"{path}, line {number}: expected a JSON object with a numeric "
                              "\"step\"")

@@ -137,7 +137,8 @@ def prune(args: argparse.Namespace) -> str:
     train_cfg = run_settings(ckpt, args, cfg.arch, cfg.num_labels)
     torch.set_num_threads(train_cfg.threads or default_threads())
     with RunFolder(out, what="pruning") as folder:
-        folder.check_new_run(args.overwrite)
+        folder.check_new_run(args.overwrite,
+                             continued_by=f"python -m pygpt.train --resume --out {out}")
         task = family(cfg.arch).make_task(cfg, train_cfg, tokenizer, Distributed("cpu"), labels)
         gen = torch.Generator().manual_seed(SCORE_SEED)
         batches = (task.batch("train", train_cfg.batch_size, gen) for _ in range(args.batches))

@@ -206,7 +206,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         with (RunFolder(train_cfg.out) if is_main else contextlib.nullcontext()) as folder:
             fresh = folder is not None and not args.resume
             if fresh:
-                folder.check_new_run(args.overwrite)
+                folder.check_new_run(args.overwrite, resumable=True)
             result = train(model_cfg, train_cfg, resume=args.resume, progress=not args.quiet,
                            stop=stop, replacing=RUN_FILES if fresh and args.overwrite else ())
     except (ValueError, FileNotFoundError) as e:

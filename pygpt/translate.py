@@ -24,6 +24,7 @@ from pygpt.data.parallel import read_lines
 from pygpt.decoding.translate_texts import BATCH_SIZE, SPECIALS, translate_texts
 from pygpt.tokenizer import require_specials
 from pygpt.decoding.beam_search import Search
+from pygpt_runtime.onnx_search import LENGTH_PENALTY_HELP
 from pygpt_runtime.cli_checks import utf8_text
 
 
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam", type=int, default=4, help="beam size (default 4; 1: greedy)")
     p.add_argument("--greedy", action="store_true", help="greedy decoding (same as --beam 1)")
     p.add_argument("--length-penalty", type=float, default=0.6,
-                   help="GNMT length penalty alpha of beam search (default 0.6)")
+                   help=f"{LENGTH_PENALTY_HELP} (default 0.6)")
     p.add_argument("--max-len-extra", type=int, default=50,
                    help="a translation holds at most source tokens + this many (default 50)")
     p.add_argument("--batch-size", type=int, default=BATCH_SIZE,

@@ -20,6 +20,20 @@ from helpers import torch_free_env
 FIXTURE_EXPORT = Path(__file__).resolve().parent / "fixtures" / "gpt-onnx-format1"
 
 
+def tiny_gpt(root):
+    """A tiny char GPT trained a few steps into root/ckpt (context 16, so 40 tokens slide its
+    window twice) and exported into root/onnx; root/ckpt."""
+    from pygpt import export as exporter
+    from pygpt.config import ModelConfig, TrainConfig
+    from pygpt.training import train
+
+    train(ModelConfig(block_size=16, n_layer=1, n_head=2, n_embd=16),
+          TrainConfig(out=str(root / "ckpt"), max_iters=40, eval_interval=40, eval_iters=1,
+                      batch_size=8, warmup_iters=2, lr=1e-2), progress=False)
+    exporter.export(root / "ckpt", root / "onnx")
+    return root / "ckpt"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -63,6 +77,17 @@ class Server:
             self.process.kill()
             _, err = self.process.communicate()
         return self.process.returncode, err
+
+
+def wait_for(server, **wanted) -> None:
+    """Returns once /health says what wanted says (fails after 30 s)."""
+    deadline = time.monotonic() + 30
+    while True:
+        health = server.client.get("/health").json()
+        if all(health[k] == v for k, v in wanted.items()):
+            return
+        assert time.monotonic() < deadline, f"/health stayed {health}, wanted {wanted}"
+        time.sleep(0.05)
 
 
 def app_client(access=None):

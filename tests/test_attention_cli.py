@@ -4,6 +4,7 @@ translator); --explain prints tables whose numbers are the tensors of
 pygpt.inspect.attention_maps; bad input ends in one error line and writes nothing."""
 import dataclasses
 import math
+import os
 import re
 
 import pytest
@@ -156,3 +157,18 @@ def test_bad_input_is_one_error_line_and_writes_nothing(args, match, trained, tm
     assert message.startswith("error: ") and "\n" not in message
     assert re.search(match, message), message
     assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_an_out_that_is_no_regular_file_is_left_alone(kind, trained, tmp_path):
+    out = tmp_path / "x.png"
+    if kind == "fifo":
+        os.mkfifo(out)
+    else:
+        out.symlink_to(tmp_path / "elsewhere.png")
+    with pytest.raises(SystemExit) as e:
+        main(["--ckpt", str(trained[0]), "--text", "Fir", "--out", str(out)])
+    message = str(e.value.code)
+    assert message.startswith(f"error: {out} is ") and "\n" not in message, message
+    assert (out.is_fifo() if kind == "fifo" else out.is_symlink())
+    assert not (tmp_path / "elsewhere.png").exists()

@@ -65,6 +65,10 @@ def edit_runner_json(folder, **fields):
 @pytest.mark.parametrize("which, fields, words", [
     ("gpt", dict(tokenizer="tokenizer.json"), "tokenizer must be"),
     ("gpt", dict(block_size=-3), "block_size must be"),
+    ("gpt", dict(block_size=2 ** 40), "block_size must be a positive count of at most"),
+    ("gpt", dict(block_size=4096), "positions but its runner.json's block_size is 4096"),
+    ("bert", dict(block_size=4096), "positions but its runner.json's block_size is 4096"),
+    ("mt", dict(block_size=4096), "positions but its runner.json's block_size is 4096"),
     ("gpt", dict(window_keep=99), "window_keep"),
     ("gpt", dict(inputs="input_ids"), "inputs must be"),
     ("gpt", dict(family="llama"), "family must be"),

@@ -246,6 +246,10 @@ def test_pygpt_bert_round_trip(tmp_path, config, kept):
     ({"architectures": ["BertForTokenClassification"]}, "BertForTokenClassification"),
     ({"problem_type": "regression"}, "problem_type"),
     ({"id2label": {"0": "a", "2": "b", "1": "c", "5": "d"}}, "id2label"),
+    # labels classify would refuse in labels.json are refused before any is written
+    ({"id2label": {"0": "neg", "1": "pos", "2": "neg"}}, "id2label names 'neg' more than once"),
+    ({"id2label": {"0": "neg", "1": "p\x00s", "2": "mixed"}}, "id2label: the label 'p\\x00s'"),
+    ({"id2label": {"0": "neg", "1": "pos\nx", "2": "mixed"}}, "control character"),
     ({"vocab_size": 50}, "vocab_size"),
 ])
 def test_unsupported_bert_configs_are_named(imported, tmp_path, setting, named):

@@ -51,6 +51,10 @@ def test_pickle_only_is_refused_with_how_to_convert(copy, tmp_path, monkeypatch)
             "save_pretrained")
 
 
+def edit_json(path, **fields):
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
 @pytest.mark.parametrize("damage, words", [
     (lambda f: (f / "model.safetensors").unlink(), ["no model.safetensors"]),
     (lambda f: (f / "config.json").unlink(), ["no config.json"]),
@@ -62,6 +66,12 @@ def test_pickle_only_is_refused_with_how_to_convert(copy, tmp_path, monkeypatch)
     (lambda f: (f / "merges.txt").write_text("#version: 0.2\na b c\n"), ["merges.txt line 2"]),
     (lambda f: ((f / "model.safetensors.index.json").write_text("{}"),
                 (f / "model.safetensors").unlink()), ["sharded"]),
+    (lambda f: edit_json(f / "config.json", model_type=["gpt2"]), ["model_type ['gpt2']"]),
+    (lambda f: edit_json(f / "vocab.json", a=-1), ["vocab.json: the id of 'a' is -1"]),
+    (lambda f: edit_json(f / "vocab.json", a=2 ** 40), ["vocab.json: the id of 'a' is 1099"]),
+    (lambda f: (f / "tokenizer_config.json").write_text('{"add_prefix_space": "yes"}'),
+     ["tokenizer_config.json: add_prefix_space must be bool"]),
+    (lambda f: edit_json(f / "vocab.json", a=2 ** 31), ["vocab.json maps a token to the id 2147"]),
 ])
 def test_damaged_folders_are_one_line_errors(copy, tmp_path, damage, words):
     damage(copy)
@@ -104,6 +114,20 @@ def test_symbolic_links_are_not_followed(copy, tmp_path):
     (copy / "model.safetensors").rename(elsewhere)
     (copy / "model.safetensors").symlink_to(elsewhere)
     refused(copy, tmp_path / "run", "symbolic link")
+
+
+def test_linked_folders_are_refused_both_ways(folder, copy, tmp_path):
+    """A symbolic link named as the folder to read or to write is refused, never followed."""
+    (tmp_path / "link").symlink_to(copy)
+    refused(tmp_path / "link", tmp_path / "run", "--from-hf", "symbolic link")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out-link").symlink_to(tmp_path / "elsewhere")
+    code, message = convert("--from-hf", folder, "--out", tmp_path / "out-link")
+    assert code == 1 and "--out" in message and "symbolic link" in message, message
+    assert convert("--from-hf", folder, "--out", tmp_path / "run") == (0, None)
+    code, message = convert("--to-hf", tmp_path / "run", "--out", tmp_path / "out-link")
+    assert code == 1 and "--out" in message and "symbolic link" in message, message
+    assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
 def test_missing_folder(tmp_path):

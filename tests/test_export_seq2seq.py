@@ -144,7 +144,11 @@ def test_failures_are_clean(exported, tmp_path, monkeypatch):
                           (["--model", str(tmp_path), "--text", "ab"], f"no {RUNNER_CONFIG}"),
                           (["--model", str(onnx_dir), "--text", "xyz"], "not in the model's"),
                           (["--model", str(onnx_dir), "--text", "ab", "--beam", "0"],
-                           "beam must be at least 1")]:
+                           "beam must be at least 1"),
+                          (["--model", str(onnx_dir), "--text", "ab", "--length-penalty",
+                            "1e10"], "length_penalty must be from 0 to 10"),
+                          (["--model", str(onnx_dir), "--text", "ab", "--length-penalty", "nan"],
+                           "length_penalty must be from 0 to 10")]:
         with pytest.raises(SystemExit) as e:
             onnx_seq2seq.main(argv)
         assert message in e.value.code and "\n" not in e.value.code, e.value.code

@@ -155,6 +155,14 @@ def test_a_linked_run_file_is_refused(ckpt, tmp_path):
     assert not (tmp_path / "created.txt").exists()
 
 
+def test_a_run_file_that_is_a_fifo_is_refused(ckpt):
+    (ckpt / METRICS).unlink()
+    os.mkfifo(ckpt / METRICS)  # an append would block until a reader came
+    message = refused(pygpt.train.main, resume(ckpt))
+    assert "not a regular file" in message and METRICS in message
+    assert (ckpt / METRICS).is_fifo()
+
+
 def test_the_token_cache_is_not_written_through_a_link(tmp_path):
     folder = tmp_path / "data"
     folder.mkdir()

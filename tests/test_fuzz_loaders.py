@@ -222,3 +222,89 @@ def test_commit_marker(tmp_path):
         ends_cleanly(lambda: recover_folder(case), tmp_path, case)
     check()
 
+
+
+# What Python's json cannot take: values nested past its recursion limit, and an integer of more
+# digits than Python converts from text (a ValueError naming no file, were it not caught).
+HUGE = "1" * 5000
+DEEP = ['{"a":' * 100000 + "1" + "}" * 100000, "[" * 100000 + "]" * 100000]
+
+
+def _unparsable(seed):
+    """Texts of seed's kind that json cannot read: deep nesting, a huge integer inside it."""
+    text, key = json.dumps(seed), "" if isinstance(seed, list) else '"n": '
+    return [*DEEP, f"{text[:-1]}, {key}{HUGE}{text[-1]}"]
+
+
+def _hf_case(case, name, text):
+    """An HF folder (config.json, empty weights, GPT-2's tokenizer files, a tokenizer config)
+    with text as its file name; its config and tokenizer read."""
+    from pygpt.hf import folder as hf_folder, tokenizer_files
+
+    files = {"config.json": "{}", "model.safetensors": "", "vocab.json": '{"a": 0, "b": 1}',
+             "merges.txt": "#version: 0.2\na b\n", "tokenizer_config.json": "{}"}
+    for n, content in {**files, name: text}.items():
+        (case / n).write_text(content)
+    return lambda: (hf_folder.read_config(case),
+                    tokenizer_files.read_tokenizer(case, "gpt2", 3))
+
+
+def _loaders(saved):
+    """name -> (the file's seed value, setup(case, text) -> load), for each file read as JSON."""
+    config = {"format": 3, "step": 0, "model": {**to_dict(ModelConfig()), "num_labels": 3}}
+
+    def checkpoint_file(name):
+        def setup(case, text):
+            shutil.copytree(saved, case, dirs_exist_ok=True)
+            (case / name).write_text(text)
+            return lambda: checkpoint.load(case, kernels="torch")
+        return setup
+
+    def labels(case, text):
+        (case / "config.json").write_text(json.dumps(config))
+        (case / "labels.json").write_text(text)
+        return lambda: checkpoint.load_labels(case)
+
+    def runner(case, text):
+        (case / "runner.json").write_text(text)
+        return lambda: read_runner_config(case)
+
+    def marker(case, text):
+        (case / ".staging-1").mkdir()
+        (case / ".staging-1" / "COMMITTED").write_text(text)
+        return lambda: recover_folder(case)
+
+    def export_tokenizer(case, text):
+        from pygpt_runtime.text import load_tokenizer as load_export_tokenizer
+
+        (case / "tokenizer.json").write_text(text)
+        return lambda: load_export_tokenizer(case / "tokenizer.json", "char")
+
+    seeds = {name: json.loads((saved / name).read_text()) for name in ("config.json",
+                                                                       "tokenizer.json")}
+    return {"config.json": (seeds["config.json"], checkpoint_file("config.json")),
+            "tokenizer.json": (seeds["tokenizer.json"], checkpoint_file("tokenizer.json")),
+            "labels.json": (["neg", "neutral", "pos"], labels),
+            "runner.json": ({"family": "gpt", "block_size": 8}, runner),
+            "COMMITTED": ({"written": [], "remove": [], "time_ns": 1}, marker),
+            "export tokenizer.json": (seeds["tokenizer.json"], export_tokenizer),
+            **{f"HF {name}": ({"a": 0}, lambda case, text, name=name: _hf_case(case, name, text))
+               for name in ("config.json", "vocab.json", "tokenizer.json",
+                            "tokenizer_config.json")}}
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer.json", "labels.json", "runner.json",
+                                  "COMMITTED", "export tokenizer.json", "HF config.json",
+                                  "HF vocab.json", "HF tokenizer.json",
+                                  "HF tokenizer_config.json"])
+def test_deep_nesting_and_huge_integers_are_one_line(saved, tmp_path, name):
+    """Each loader refuses JSON nested past Python's recursion limit, or holding an integer of
+    more digits than Python converts, with one line naming the file."""
+    seed, setup = _loaders(saved)[name]
+    for text in _unparsable(seed):
+        case = _case(tmp_path)
+        load = setup(case, text)
+        with pytest.raises(ValueError) as error:
+            load()
+        message = str(error.value)
+        assert "\n" not in message and name.split()[-1] in message, message

@@ -18,7 +18,8 @@ PACKAGE = REPO / "pygpt"
 
 # Lowest first. A module belongs to the first layer with a prefix that names it or its package.
 LAYERS = [
-    ["pygpt._build_info", "pygpt.storage.commit_marker", "pygpt.storage.atomic",
+    ["pygpt._build_info", "pygpt.storage.commit_marker", "pygpt.storage.targets",
+     "pygpt.storage.atomic",
      "pygpt.storage.serializers", "pygpt.storage.run_files", "pygpt.positions", "pygpt.config",
      "pygpt.cpu_isa"],
     ["pygpt.tokenizer", "pygpt.data", "pygpt.ops", "pygpt.plot", "pygpt.tasks.bleu"],

@@ -99,8 +99,10 @@ def test_missing_metrics(tmp_path):
 @pytest.mark.parametrize("content, where", [
     ("", "line 1: no records"),
     ("\n  \n", "line 1: no records"),
-    ('{"step": 1, "val_loss": 2.0}\n{"step": 2, "val_lo', "line 2: not valid JSON"),
+    ('{"step": 1, "val_loss": 2.0}\n{"step": 2, "val_lo', "line 2 is not valid JSON"),
     ('[1, 2]\n', "line 1: expected a JSON object"),
+    ('{"step": 1, "val_loss": 2.0}\n' + "[" * 100000 + "\n", "line 2 is not valid JSON"),
+    ('{"step": 1, "val_loss": 2.0}\n{"step": ' + "1" * 5000 + "}\n", "line 2 is not valid JSON"),
     ('{"val_loss": 2.0}\n', "line 1: expected a JSON object with a numeric \"step\""),
     ('{"step": 1}\n{"step": 2, "lr": 0.1}\n', "no record has a train_loss or val_loss"),
 ])
@@ -141,6 +143,14 @@ def test_cli_errors(tmp_path, monkeypatch, capsys):
         main(["bad"])
     with pytest.raises(SystemExit, match=r"^error: 1 labels for 2 runs"):
         main([str(write_run(tmp_path / "a")), str(write_run(tmp_path / "b")), "--labels", "x"])
+    os.mkfifo(tmp_path / "fifo.png")  # a reader's pipe, never replaced by the picture
+    with pytest.raises(SystemExit, match=r"^error: .*fifo.png is not a regular file"):
+        main([str(tmp_path / "a"), "--out", "fifo.png"])
+    assert (tmp_path / "fifo.png").is_fifo()
+    (tmp_path / "link.png").symlink_to(tmp_path / "elsewhere.png")
+    with pytest.raises(SystemExit, match=r"^error: .*link.png is a symbolic link"):
+        main([str(tmp_path / "a"), "--out", "link.png"])
+    assert (tmp_path / "link.png").is_symlink()
     with pytest.raises(SystemExit) as info:
         main(["--help"])
     assert info.value.code == 0
@@ -155,6 +165,7 @@ def test_import_keeps_backend(tmp_path):
             f"pygpt.plot.plot_runs([{str(tmp_path / 'r')!r}], {str(tmp_path / 'p.png')!r}); "
             "assert matplotlib.get_backend() == before == 'svg', (before, matplotlib.get_backend()); "
             "assert 'matplotlib.pyplot' not in sys.modules")
-    env = {**os.environ, "MPLBACKEND": "svg", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "MPLBACKEND": "svg",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "export")])}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path, timeout=60)
     assert_png(tmp_path / "p.png")

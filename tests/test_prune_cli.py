@@ -172,6 +172,20 @@ def test_recover_iters_fine_tunes_a_run_that_resumes(gpt, tmp_path):
     assert model.config.n_head == 2
 
 
+def test_a_second_prune_into_a_run_names_what_continues_it(gpt, tmp_path):
+    """A prune cut short (a kill during its recovery) left a run in --out: pruning into it again
+    names the options that exist (prune has no --resume; train --resume continues the run)."""
+    out = tmp_path / "recovered"
+    prune(["--ckpt", gpt, "--out", out, "--heads-per-layer", "2", "--recover-iters", "2"])
+    with pytest.raises(SystemExit) as e:
+        prune(["--ckpt", gpt, "--out", out, "--heads-per-layer", "2", "--recover-iters", "3"])
+    message = str(e.value.code)
+    assert "pass --resume" not in message and "--overwrite" in message, message
+    assert f"python -m pygpt.train --resume --out {out} continues" in message, message
+    run(pygpt.train.main, ["--resume", "--out", str(out), "--max-iters", "3", "--quiet"])
+    assert checkpoint.load_train_state(out)["step"] == 3
+
+
 def test_hugging_face_refuses_pruned_heads_by_name(gpt, tmp_path):
     prune(["--ckpt", gpt, "--out", tmp_path / "p", "--heads-per-layer", "3"])
     with pytest.raises(SystemExit) as e:

@@ -129,6 +129,16 @@ def test_out_naming_a_file_is_refused_before_training(text_file, tmp_path, monke
     assert code == 1 and message.startswith("error: ")
 
 
+def test_out_naming_a_link_to_a_folder_is_refused_before_training(text_file, tmp_path,
+                                                                  monkeypatch):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    refuse_training(monkeypatch)
+    code, message = train_cli(FLAGS + ["--data", str(text_file), "--out", str(tmp_path / "link")])
+    assert code == 1 and "symbolic link" in message and "\n" not in message, message
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
 def test_unwritable_out_is_refused_before_training(text_file, tmp_path, monkeypatch):
     refuse_training(monkeypatch)
     out = tmp_path / "read-only"
@@ -193,11 +203,19 @@ def test_the_lock_names_this_process_and_only_rank_0_takes_it(run, monkeypatch, 
     assert not (run / LOCK).exists()
 
 
+def test_a_lock_file_json_cannot_read_is_taken_over(tmp_path):
+    (tmp_path / LOCK).write_text("[" * 4000)  # nested past Python's json recursion limit
+    with RunFolder(tmp_path):
+        assert json.loads((tmp_path / LOCK).read_text())["pid"] == os.getpid()
+
+
 # --- resume, paths and the last line ----------------------------------------------------------------
 
-def test_resume_after_a_half_written_metrics_line(run, capsys):
+@pytest.mark.parametrize("line", ['{"step": 9, "train_lo',  # killed mid-append
+                                  "[" * 100000, '{"step": ' + "9" * 5000])  # json cannot read
+def test_resume_after_a_half_written_metrics_line(run, capsys, line):
     with open(run / METRICS, "a") as f:
-        f.write('{"step": 9, "train_lo')  # killed mid-append
+        f.write(line)
     assert train_cli(["--resume", "--out", str(run), "--max-iters", "7", "--quiet"]) == (0, None)
     assert [r["step"] for r in metrics(run)] == [5, 7]
     assert "damaged line" in capsys.readouterr().err

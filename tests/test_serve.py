@@ -17,11 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
-from pygpt import export as exporter
-from pygpt.config import ModelConfig, TrainConfig
-from pygpt.training import train
 from pygpt_runtime import run_onnx
-from serve_helpers import CountingSession, Server, chromium, events
+from serve_helpers import CountingSession, Server, chromium, events, tiny_gpt, wait_for
 
 # The server's --max-batch, --queue-size, --max-body-bytes, --max-text-tokens.
 BATCH, QUEUE, BODY, TEXT = 4, 4, 4096, 1000
@@ -30,13 +27,8 @@ LONG = 10 ** 7  # its --max-tokens: a completion that outlasts the test that sta
 
 @pytest.fixture(scope="module")
 def export_dir(tmp_path_factory):
-    """A tiny char GPT (context 16, so 40 tokens slide its window twice), exported."""
-    root = tmp_path_factory.mktemp("serve")
-    train(ModelConfig(block_size=16, n_layer=1, n_head=2, n_embd=16),
-          TrainConfig(out=str(root / "ckpt"), max_iters=40, eval_interval=40, eval_iters=1,
-                      batch_size=8, warmup_iters=2, lr=1e-2), progress=False)
-    exporter.export(root / "ckpt", root / "onnx")
-    return root / "onnx"
+    """A tiny char GPT (serve_helpers.tiny_gpt), exported."""
+    return tiny_gpt(tmp_path_factory.mktemp("serve")).parent / "onnx"
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +182,12 @@ BAD = [  # (body, the field the error names)
     ({"prompt": "First", "top_k": 0}, "top_k"), ({"prompt": "First", "seed": -1}, "seed"),
     ({"prompt": "First", "stream": "yes"}, "stream"), ({"prompt": "First", "stop": 3}, "stop"),
     ({"prompt": "First", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
-    ({"prompt": "First", "n": 2}, "n"), ({"prompt": "First", "colour": 1}, "colour"),
+    ({"prompt": "First", "n": 0}, "n"), ({"prompt": "First", "n": BATCH + 1}, "n"),
+    ({"prompt": ["a", "b"], "n": BATCH // 2 + 1}, "n"),  # prompts x n past --max-batch
+    ({"prompt": "First", "logprobs": 6}, "logprobs"), ({"prompt": "a", "logprobs": -1}, "logprobs"),
+    ({"prompt": "First", "echo": 1}, "echo"),
+    ({"prompt": "a" * 17, "echo": True, "logprobs": 0}, "echo"),  # past the context (16)
+    ({"prompt": "First", "colour": 1}, "colour"),
     ({"prompt": "First", "model": "other"}, "model"),
     ({"prompt": "Fir\u20acst"}, "prompt"),  # a character the char model does not know
     ({"prompt": "\ud800"}, "prompt"),  # not UTF-8
@@ -223,16 +220,6 @@ def test_bodies_that_are_not_json_or_lie_about_their_size(server):
     streamed = server.client.post("/v1/completions", content=chunks(),
                                   headers={"Content-Type": "application/json"})
     assert streamed.status_code == 413 and streamed.json()["error"]["param"] == "body"
-
-
-def wait_for(server, **wanted):
-    deadline = time.monotonic() + 30
-    while True:
-        health = server.client.get("/health").json()
-        if all(health[k] == v for k, v in wanted.items()):
-            return
-        assert time.monotonic() < deadline, f"/health stayed {health}, wanted {wanted}"
-        time.sleep(0.05)
 
 
 def test_full_queue_is_503_at_once_and_a_client_leaving_frees_its_rows(server):
@@ -305,6 +292,39 @@ def test_sigterm_stops_the_server_cleanly(export_dir, tmp_path):
     assert done[0].text.rstrip().endswith("data: [DONE]")  # the open stream finished
 
 
+def test_streams_still_open_when_the_grace_ends_end_with_an_error_event(export_dir, tmp_path):
+    s = Server(export_dir, tmp_path, "--grace", "1", "--max-batch", "1", "--max-tokens",
+               str(LONG))
+    with ThreadPoolExecutor(2) as pool:
+        streams = [pool.submit(s.client.post, "/v1/completions", json={
+            "prompt": "First", "max_tokens": LONG, "stream": True}) for _ in range(2)]
+        wait_for(s, active=1, waiting=1)  # one decodes, one waits its turn
+        status, err = s.stop(signal.SIGTERM)
+        answers = [stream.result(timeout=30) for stream in streams]
+    assert status == 128 + signal.SIGTERM and "Traceback" not in err, err
+    for answer in answers:
+        got = events(answer)
+        assert got[-1] == "[DONE]" and got[-2] == {"error": {
+            "message": "the server is shutting down", "type": "server_error"}}, got[-3:]
+
+
+def test_a_whole_completion_stops_when_its_client_leaves(server):
+    with pytest.raises(httpx.ReadTimeout):
+        server.client.post("/v1/completions", json={"prompt": "First", "max_tokens": LONG},
+                           timeout=1)
+    start = time.monotonic()
+    wait_for(server, active=0, waiting=0)
+    assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("seed", [-1, 2 ** 64, 10 ** 30])
+def test_a_seed_past_64_bits_is_a_400(server, seed):
+    r = server.client.post("/v1/completions", json={"prompt": "First", "seed": seed})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "seed", r.text
+    assert server.client.post("/v1/completions", json={
+        "prompt": "First", "seed": 2 ** 64 - 1, "max_tokens": 2}).status_code == 200
+
+
 def test_help_says_where_the_schema_is_and_what_to_call_the_model():
     from pygpt_runtime.serve import command
 
@@ -323,7 +343,7 @@ def _decode_together(model, prompts, max_tokens, seed):
     texts, done = [""] * len(prompts), threading.Semaphore(0)
 
     def sender(b):
-        def send(kind, payload):
+        def send(kind, payload, scored=None):
             assert kind != "error", payload
             texts[b] += payload
             if kind == "end":

@@ -151,3 +151,45 @@ def test_checkpoint_errors_are_one_line(ckpt, tmp_path):
     assert done.stderr.startswith("error:")
     done = serve("--ckpt", str(ckpt), "--model", str(ckpt))
     assert done.returncode == 2 and "not allowed with argument" in done.stderr
+
+
+def test_a_seed_past_64_bits_is_a_400_and_the_worker_serves_on(server):
+    r = server.client.post("/v1/completions", json={"prompt": "<", "max_tokens": 3,
+                                                     "seed": 2 ** 64})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "seed", r.text
+    for seed in (2 ** 64 - 1, 0):
+        r = server.client.post("/v1/completions", json={"prompt": "First", "max_tokens": 3,
+                                                         "seed": seed}, timeout=30)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+    assert server.client.get("/health").json()["status"] == "ok"
+
+
+@pytest.fixture
+def in_process(ckpt, monkeypatch):
+    """The checkpoint's app, called in this process, and its attention part."""
+    from fastapi.testclient import TestClient
+
+    from pygpt.serve.checkpoint import open_checkpoint
+    from pygpt_runtime.serve.app import create_app
+    from pygpt_runtime.serve.served import Limits
+
+    served = open_checkpoint(str(ckpt), Limits())
+    with TestClient(create_app(served)) as client:
+        yield client, served.parts["attention"][0].__self__
+
+
+def test_attention_answers_are_bounded_in_size_and_number(in_process, monkeypatch):
+    from pygpt.serve import attention as served_attention
+
+    client, attention = in_process
+    monkeypatch.setattr(served_attention, "MAX_ATTENTION_NUMBERS", 2 * N_HEAD * 25 - 1)
+    r = client.post("/v1/attention", json={"text": "First"})  # 2 layers x 2 heads x 5 x 5
+    assert r.status_code == 400 and r.json()["error"]["param"] == "layer", r.text
+    assert "ask for one layer or part" in r.json()["error"]["message"]
+    assert client.post("/v1/attention", json={"text": "First", "layer": 1}).status_code == 200
+    attention.in_flight = served_attention.IN_FLIGHT  # that many being made or sent
+    r = client.post("/v1/attention", json={"text": "First", "layer": 1})
+    assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+    attention.in_flight -= 1
+    assert client.post("/v1/attention", json={"text": "First", "layer": 1}).status_code == 200
+    assert attention.in_flight == served_attention.IN_FLIGHT - 1  # each answer freed its place

@@ -93,6 +93,7 @@ def test_translate_equals_the_runner(translator, tmp_path, beam, penalty):
                             ({"text": "abc", "beam": 7}, "beam"),  # 2 * 7 tokens: more than the vocabulary
                             ({"text": "abc", "length_penalty": float("nan")},
                              "length_penalty"),
+                            ({"text": "abc", "length_penalty": 1e4}, "length_penalty"),
                             ({"text": ["a"] * 5}, "text"), ({"text": "xyz"}, "text")]:
             answer = s.client.post("/v1/translate", content=json.dumps(body),
                                    headers={"Content-Type": "application/json"})

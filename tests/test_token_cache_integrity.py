@@ -18,7 +18,7 @@ def _tokens_file(folder):
     return folder / next(n for n in cache_files(folder) if not n.endswith(".json"))
 
 
-@pytest.mark.parametrize("damage", ["truncated", "flipped", "old-metadata"])
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "old-metadata", "deep-metadata"])
 def test_damaged_cache_is_detected_and_rebuilt(corpus, user_cache, capsys, damage):
     """A cache cut short (a full disk, a kill), with a changed byte (same length), or with the
     metadata of a pygpt that recorded no length or digest is tokenized again, never used."""
@@ -30,9 +30,10 @@ def test_damaged_cache_is_detected_and_rebuilt(corpus, user_cache, capsys, damag
         tokens.write_bytes(raw[: len(raw) // 2])
     elif damage == "flipped":
         tokens.write_bytes(raw[:10] + bytes([raw[10] ^ 1]) + raw[11:])
-    else:
-        meta = tokens.with_name(tokens.name + ".json")
-        meta.write_text(json.dumps({"chars": len(TEXT)}))
+    elif damage == "old-metadata":
+        tokens.with_name(tokens.name + ".json").write_text(json.dumps({"chars": len(TEXT)}))
+    else:  # nested past Python's json recursion limit
+        tokens.with_name(tokens.name + ".json").write_text("[" * 100000 + "]" * 100000)
     tf = TokenFile.load(corpus, tok)
     assert "token cache" in capsys.readouterr().err
     assert tf.tokens.tolist() == tok.encode(TEXT) and tf.n_chars == len(TEXT)

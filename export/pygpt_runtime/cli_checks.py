@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Iterator, Optional
 
+MAX_SEED = 2 ** 64 - 1  # the largest seed both numpy's and torch's generators take
 INTERRUPTED = 130  # exit status after Ctrl-C (128 + SIGINT), as a shell reports it
 BROKEN_PIPE = 141  # exit status when the reader of stdout went away (128 + SIGPIPE)
 
@@ -42,8 +43,19 @@ def add_sampling_flags(p: argparse.ArgumentParser, scope: str = "",
                    help=f"{scope}sample among the k most likely (default: all){top_k_also}")
     p.add_argument("--top-p", type=float, default=None,
                    help=f"{scope}nucleus sampling threshold in (0, 1] (default: off)")
-    p.add_argument("--seed", type=int, default=None,
-                   help=f"{scope}seed for reproducible sampling (default: a fresh one)")
+    p.add_argument("--seed", type=seed, default=None,
+                   help=f"{scope}seed for reproducible sampling, 0..2^64-1 (default: a fresh one)")
+
+
+def seed(text: str) -> int:
+    """--seed's type: an integer in 0..MAX_SEED."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be in 0..2^64-1, got {text[:40]}")
+    return value
 
 
 def check_sampling(greedy: bool, temperature: float, top_k: Optional[int],

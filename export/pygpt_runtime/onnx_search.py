@@ -22,10 +22,16 @@ and `next_step(ids, mask, decoder past, encoder past)` -> (logits, decoder past)
 """
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
+
+# The largest length penalty (GNMT's alpha) a search takes; 0 is the smallest. Useful alphas lie
+# in 0 .. 2; past this one the penalty of a long hypothesis overflows a float.
+MAX_LENGTH_PENALTY = 10.0
+LENGTH_PENALTY_HELP = f"GNMT length penalty alpha of beam search, 0 to {MAX_LENGTH_PENALTY:g}"
 
 
 @dataclass
@@ -38,10 +44,29 @@ class Search:
     def __post_init__(self) -> None:
         if self.beam < 1:
             raise ValueError(f"beam must be at least 1, got {self.beam}")
+        if not 0 <= self.length_penalty <= MAX_LENGTH_PENALTY:  # NaN too
+            raise ValueError(f"length_penalty must be from 0 to {MAX_LENGTH_PENALTY:g}, got "
+                             f"{self.length_penalty}")
         if self.max_extra < 0:
             raise ValueError(f"max_extra must not be negative, got {self.max_extra}")
         if self.max_len is not None and self.max_len < 1:
             raise ValueError(f"max_len must be at least 1, got {self.max_len}")
+
+
+# Whether the search running in this context should stop: a server sets it for the time of one
+# request (tasks.TaskQueue) so that a translation whose client has gone stops at its next step.
+stop_requested: ContextVar[Callable[[], bool]] = ContextVar("stop_requested",
+                                                            default=lambda: False)
+
+
+class Stopped(Exception):
+    """The search stopped before its end, as stop_requested asked."""
+
+
+def _go_on() -> None:
+    """Raises Stopped if this context's search was asked to stop."""
+    if stop_requested.get()():
+        raise Stopped("the search was stopped")
 
 
 def length_penalty(n: int, alpha: float) -> float:
@@ -85,6 +110,7 @@ def decode_greedy(rows: DecodingRows, most: list[int], bos: int, eos: int,
     active = list(range(len(most)))  # the sentence of each row
     last = [bos] * len(active)
     while active:
+        _go_on()
         last = rows.argmax(rows.log_probs(last, banned))
         keep = []
         for row, (s, token) in enumerate(zip(active, last)):
@@ -121,6 +147,7 @@ def decode_beams(rows: DecodingRows, most: list[int], bos: int, eos: int, search
     hyps: list[Hypothesis] = [None] * len(active)  # their tokens, per row
     last = [bos] * len(active)
     for t in range(1, max(most) + 1):
+        _go_on()
         logp = rows.log_probs(last, banned)
         V = logp.shape[-1]
         if t == 1 and V - len(set(banned)) < 2 * K:

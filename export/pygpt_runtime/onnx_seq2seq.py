@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from pygpt_runtime.onnx_search import Search, beam_search, greedy
+from pygpt_runtime.onnx_search import LENGTH_PENALTY_HELP, Search, beam_search, greedy
 from pygpt_runtime.cli_checks import check_threads, utf8_text
 from pygpt_runtime.onnx_text import open_session, run_graph
 from pygpt_runtime.runner_config import read_config
@@ -43,7 +43,8 @@ class OnnxSeq2Seq:
             raise ValueError(f"no {variant} model in {self.folder} (has: "
                              f"{', '.join(self.config['models'])})")
         self.io = self.config["io"]
-        self.sessions = {part: open_session(self.folder / name, threads, self.io[part][0])
+        self.sessions = {part: open_session(self.folder / name, threads, self.io[part][0],
+                                            self.config)
                          for part, name in self.config["models"][variant].items()}
         self.block_size = self.config["block_size"]
         self.tokenizer = load_tokenizer(self.folder / self.config["tokenizer"]["file"],
@@ -125,7 +126,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--out", default=None, help="write --file's translations here")
     p.add_argument("--beam", type=int, default=4, help="beam size (default 4; 1: greedy)")
     p.add_argument("--greedy", action="store_true", help="greedy decoding (same as --beam 1)")
-    p.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha (0.6)")
+    p.add_argument("--length-penalty", type=float, default=0.6,
+                   help=f"{LENGTH_PENALTY_HELP} (default 0.6)")
     p.add_argument("--max-len-extra", type=int, default=50,
                    help="a translation holds at most source tokens + this many (default 50)")
     p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="sentences per batch")

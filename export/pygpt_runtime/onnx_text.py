@@ -9,14 +9,15 @@ from typing import Optional, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from pygpt_runtime.runner_config import read_config
+from pygpt_runtime.runner_config import check_block_size, read_config
 from pygpt_runtime.text import load_tokenizer, require_file
 
 
-def open_session(path: Path, threads: Optional[int], inputs: Sequence[str]) -> ort.InferenceSession:
-    """An onnxruntime session of one model file, which takes the inputs runner.json names; a
-    missing, truncated or damaged file, or a graph of another kind, is a one-line
-    FileNotFoundError / ValueError naming it."""
+def open_session(path: Path, threads: Optional[int], inputs: Sequence[str],
+                 config: dict) -> ort.InferenceSession:
+    """An onnxruntime session of one model file, which takes the inputs its runner.json
+    (config) names and holds its block_size positions; a missing, truncated or damaged file, or
+    a graph of another kind, is a one-line FileNotFoundError / ValueError naming it."""
     require_file(path)
     options = ort.SessionOptions()
     options.log_severity_level = 4  # fatal only: a failed run is reported by run_graph, in one line
@@ -34,6 +35,7 @@ def open_session(path: Path, threads: Optional[int], inputs: Sequence[str]) -> o
         raise ValueError(f"{path} takes the inputs {', '.join(takes)}, not the "
                          f"{', '.join(inputs)} of its runner.json: a graph of another model "
                          "(export again)")
+    check_block_size(config, path, session.get_modelmeta().custom_metadata_map)
     return session
 
 
@@ -63,5 +65,5 @@ def open_export(folder: Path, variant: str = "fp32", threads: Optional[int] = No
     tokenizer = load_tokenizer(folder / config["tokenizer"]["file"], config["tokenizer"]["kind"],
                                config.get("vocab_size"))
     inputs = config.get("inputs", ["input_ids", "attention_mask", "token_type_ids"])
-    session = open_session(folder / config["models"][variant], threads, inputs)
+    session = open_session(folder / config["models"][variant], threads, inputs, config)
     return config, session, tokenizer

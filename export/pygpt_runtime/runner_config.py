@@ -4,20 +4,27 @@ damaged or hand-edited file is one `error:` line naming the field instead of a t
 the runner (torch-free, beside onnx_text.py)."""
 from __future__ import annotations
 
-import json
+import re
 import reprlib
 from pathlib import Path
 from typing import Optional
 
+from pygpt_runtime.json_file import read_json
 from pygpt_runtime.families import FAMILIES, Check, count, plain_name
 
 RUNNER_CONFIG = "runner.json"  # the export's config (named in pygpt.storage.run_files; no pygpt)
+# The key of a graph's metadata that records the positions it holds (pygpt.onnx.graph.to_onnx
+# writes it; exports made before lack it): runner.json's block_size may not exceed it.
+GRAPH_BLOCK_SIZE = "pygpt.block_size"
+# The largest block_size a runner.json may name where its graph records none.
+MAX_BLOCK_SIZE = 1 << 20
 # The fields of every export's runner.json.
 COMMON: dict[str, Check] = {
     "tokenizer": (lambda v: isinstance(v, dict) and isinstance(v.get("kind"), str)
                   and plain_name(v.get("file")), "an object naming its kind and a file of the "
                                                  "folder"),
-    "block_size": (count, "a positive count")}
+    "block_size": (lambda v: count(v) and v <= MAX_BLOCK_SIZE,
+                   f"a positive count of at most {MAX_BLOCK_SIZE}")}
 
 
 def export_files(config: dict) -> list[str]:
@@ -35,9 +42,11 @@ def _read(folder: Path) -> tuple[dict, Path]:
         raise FileNotFoundError(f"{folder} has no {RUNNER_CONFIG}: not a pygpt ONNX "
                                 "export (or one made before it was named so: export again)")
     try:
-        config = {"family": "gpt", **json.loads(config_path.read_text(encoding="utf-8"))}
-    except (ValueError, TypeError) as e:  # not UTF-8, not JSON, or JSON but no object
-        raise ValueError(f"{config_path} is damaged ({e}): export again") from None
+        config = {"family": "gpt", **read_json(config_path)}
+    except ValueError as e:  # not UTF-8, nor JSON
+        raise ValueError(f"{e}: export again") from None
+    except TypeError:  # JSON, but no object
+        raise ValueError(f"{config_path} is not a JSON object: export again") from None
     if not isinstance(config["family"], str) or config["family"] not in FAMILIES:
         raise ValueError(f"{config_path}: family must be {', '.join(FAMILIES)}, got "
                          f"{reprlib.repr(config['family'])}: export again")
@@ -79,6 +88,18 @@ def read_config(folder: Path, family: Optional[str] = None, refusal: str = "") -
     if of.check is not None:
         of.check(config, config_path)
     return config
+
+
+def check_block_size(config: dict, graph: Path, metadata: dict[str, str]) -> None:
+    """A ValueError unless the block_size of the checked runner.json config is at most the
+    positions its graph records (metadata: the graph file's, GRAPH_BLOCK_SIZE); a graph that
+    records none (an export made before) is held to MAX_BLOCK_SIZE alone."""
+    held = metadata.get(GRAPH_BLOCK_SIZE)
+    if held is None:
+        return
+    if not re.fullmatch("[0-9]{1,18}", held) or config["block_size"] > int(held):
+        raise ValueError(f"{graph} holds {reprlib.repr(held)} positions but its {RUNNER_CONFIG}'s "
+                         f"block_size is {config['block_size']}: export again")
 
 
 def past_heads(config: dict, past_name: str) -> int:

@@ -14,10 +14,11 @@ its name."""
 from __future__ import annotations
 
 import codecs
-import json
 import re
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
+
+from pygpt_runtime.json_file import read_json
 
 # A source is read up to this many characters per encoder position: a token covers a character
 # or more (or a byte of one) in normal text, so what is cut off lies far past the positions.
@@ -57,6 +58,10 @@ class SpecialsEncoding:
     def _encode_text(self, text: str) -> list[int]:
         raise NotImplementedError
 
+    def id_bound(self) -> int:
+        """One more than the largest id encode can give (check_ids)."""
+        raise NotImplementedError
+
     def encode(self, text: str, parse_specials: bool = False) -> list[int]:
         """The ids of text; with parse_specials, the special names in text give their ids."""
         if self._pattern is None or not parse_specials:
@@ -85,6 +90,9 @@ class CharTokenizer(SpecialsEncoding):
 
     def decode(self, ids) -> str:
         return "".join(self.pieces[int(i)] for i in ids)
+
+    def id_bound(self) -> int:
+        return len(self.pieces)
 
     def __len__(self) -> int:
         return len(self.pieces)
@@ -118,8 +126,29 @@ class HFTokenizer(SpecialsEncoding):
     def __len__(self) -> int:
         return self._tok.get_vocab_size()
 
+    def id_bound(self) -> int:
+        return hf_id_bound(self._tok)
+
     def decode(self, ids) -> str:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
+def hf_id_bound(tok) -> int:
+    """One more than the largest id of a `tokenizers.Tokenizer` (its vocabulary's and its added
+    tokens'). Its get_vocab_size counts the tokens instead, which is less where ids are skipped
+    (a vocabulary {"a": 0, "b": 9} has 2 tokens, the id 9 among them)."""
+    return max(tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1
+
+
+def check_ids(tokenizer: SpecialsEncoding, vocab_size: int, source: object) -> None:
+    """A ValueError naming source (the tokenizer's file) unless every id tokenizer can give is
+    below vocab_size, the rows of the model's embedding and logits: a tokenizer of as many tokens
+    whose ids skip some gives a larger one, which no model input can take."""
+    bound = tokenizer.id_bound()
+    if bound > vocab_size:
+        raise ValueError(f"{source} maps a token to the id {bound - 1}, past the model's "
+                         f"{vocab_size} tokens (ids 0 to {vocab_size - 1}): a tokenizer of "
+                         "another model, or a damaged one")
 
 
 def load_tokenizer(path: Path, kind: str, vocab_size: Optional[int] = None):
@@ -128,7 +157,10 @@ def load_tokenizer(path: Path, kind: str, vocab_size: Optional[int] = None):
     if kind == "char":
         require_file(path)
         try:
-            spec = json.loads(path.read_text(encoding="utf-8"))
+            spec = read_json(path, "a tokenizer file")
+        except ValueError as e:
+            raise ValueError(f"{e}: export again") from None
+        try:
             chars, specials = spec["chars"], spec.get("specials", [])
             if not all(isinstance(x, list) and all(isinstance(c, str) for c in x)
                        for x in (chars, specials)):
@@ -143,6 +175,8 @@ def load_tokenizer(path: Path, kind: str, vocab_size: Optional[int] = None):
     if vocab_size is not None and len(tokenizer) != vocab_size:
         raise ValueError(f"{path} has {len(tokenizer)} tokens but the model {vocab_size}: "
                          "files of different exports (export again)")
+    if vocab_size is not None:
+        check_ids(tokenizer, vocab_size, path)
     return tokenizer
 
 

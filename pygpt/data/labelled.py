@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections import Counter
 import unicodedata
 from pathlib import Path
 from typing import Iterator, Mapping, NamedTuple, Optional, Sequence, Union
@@ -122,6 +123,18 @@ def check_label(label: str, where: str) -> None:
     if bad is not None:
         raise ValueError(f"{where}: the label {label!r} holds the control character "
                          f"{bad!r}; labels are printed, so they must be plain text")
+
+
+def check_labels(labels: Sequence[str], where: str) -> None:
+    """A ValueError naming where unless labels can be a classifier's class names: each its own
+    (an output per name) and fit to print (check_label). A checkpoint's labels.json and a
+    converted folder's id2label are held to it."""
+    repeated = sorted(x for x, n in Counter(labels).items() if n > 1)
+    if repeated:
+        raise ValueError(f"{where} names {', '.join(map(repr, repeated))} more than once; "
+                         "each of the model's outputs needs its own label")
+    for label in labels:
+        check_label(label, where)
 
 
 def labels_of(examples: Sequence[Example], path: Union[str, Path]) -> list[str]:

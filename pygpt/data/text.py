@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from pygpt.storage.atomic import atomic_write, atomic_write_text
+from pygpt_runtime.json_file import read_json
 
 SHIPPED_TEXT = Path(__file__).resolve().parent.parent / "corpus" / "tinyshakespeare.txt"
 CHUNK_BYTES = 1 << 20
@@ -146,7 +147,7 @@ def _map_cache(cached: Path, dtype) -> Optional[tuple[np.ndarray, int]]:
     if not (cached.exists() and meta_path.exists()):
         return None
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        meta = read_json(meta_path)
         whole = (cached.stat().st_size == meta["tokens"] * np.dtype(dtype).itemsize
                  and _file_hash(cached) == meta["sha256"])
         n_chars = int(meta["chars"])

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Protocol, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence, Union
 
 import torch
 
@@ -180,13 +180,15 @@ def _choose(logits: torch.Tensor, sampling: Sampling, generator: Generators) -> 
 
 def stream_batch(model: Decoder, prompts: Sequence[Prompt], max_new_tokens: int, *,
                  sampling: Optional[Sampling] = None, use_cache: bool = True,
-                 generator: Generators = None,
-                 device: Optional[torch.device] = None) -> Iterator[torch.Tensor]:
+                 generator: Generators = None, device: Optional[torch.device] = None,
+                 observe: Optional[Callable[[torch.Tensor], None]] = None
+                 ) -> Iterator[torch.Tensor]:
     """Yields max_new_tokens new tokens (B,), one per prompt, continuing B prompts (1-D tensors
     or lists of token ids, of any lengths >= 1) together. generator: one for all rows (drawn
     from in turn), or a sequence of one per row (row b then samples exactly as `stream` would
     with generator[b] alone). device: where the token tensors go (default: the first tensor
-    prompt's, else the CPU)."""
+    prompt's, else the CPU). observe: called with each step's logits (B, V) before its tokens
+    are drawn (a server's log-probabilities)."""
     rows = _prompt_rows(prompts)
     if generator is not None and not isinstance(generator, torch.Generator) \
             and len(generator) != len(rows):
@@ -216,6 +218,8 @@ def stream_batch(model: Decoder, prompts: Sequence[Prompt], max_new_tokens: int,
                 heads = [windows[b][:-1] for b in slid]
                 cache.put_rows(slid, _prefill_rows(model, heads, device)[1] if heads[0] else None)
             logits = model.step(nxt.unsqueeze(1), cache).select(1, -1)
+        if observe is not None:
+            observe(logits)
         nxt = _choose(logits, sampling, generator)
         for w, t in zip(windows, nxt.tolist()):
             w.append(t)

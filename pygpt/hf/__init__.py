@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import reprlib
 from pathlib import Path
 from types import ModuleType
 from typing import Union
@@ -28,6 +29,7 @@ from pygpt.hf.folder import CONFIG, WEIGHTS, WeightsFile, read_config
 from pygpt.hf.mapping import Layout
 from pygpt.hf.tokenizer_files import export_files, read_tokenizer
 from pygpt.storage.atomic import FolderWrite, is_leftover
+from pygpt.storage.targets import check_folder
 from pygpt.training.run_folder import LOCK, RUN_FILES, RunFolder
 
 FAMILIES: dict[str, ModuleType] = {gpt2.MODEL_TYPE: gpt2, bert.MODEL_TYPE: bert}
@@ -37,9 +39,9 @@ FRESH_SEED = 0  # the seed of the parts a folder lacks: the same import gives th
 
 def _family(hf: dict) -> ModuleType:
     model_type = hf.get("model_type")
-    if model_type not in FAMILIES:
-        raise ValueError(f"config.json: unsupported model_type {model_type!r} (pygpt converts "
-                         f"{' and '.join(FAMILIES)})")
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
+        raise ValueError(f"config.json: unsupported model_type {reprlib.repr(model_type)} (pygpt "
+                         f"converts {' and '.join(FAMILIES)})")
     return FAMILIES[model_type]
 
 
@@ -85,8 +87,7 @@ def check_export_out(run: Path, out: Path) -> None:
     """Refuses an --out that is the run itself, a file, or a folder holding anything."""
     if out.resolve() == run.resolve():
         raise ValueError(f"--out {out} is the run folder itself; the export needs its own folder")
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise ValueError(f"--out {out} is not a folder")
+    check_folder(out, "--out")
     held = sorted(n for n in os.listdir(out) if n != LOCK and not is_leftover(n)) \
         if out.exists() else []
     if held:

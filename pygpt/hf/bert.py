@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from pygpt.config import ModelConfig
+from pygpt.data.labelled import check_labels
 from pygpt.hf.mapping import (Layout, TensorMap, check_architectures, head_width_reasons,
                               layer_size_reasons, linear, refuse, setting, stacked)
 
@@ -133,7 +134,9 @@ def label_names(hf: dict[str, Any]) -> list[str]:
     if sorted(by_id) != list(range(len(by_id))) or not all(isinstance(n, str)
                                                            for n in by_id.values()):
         raise ValueError("config.json: id2label must name each id 0 .. num_labels - 1 once")
-    return [by_id[i] for i in range(len(by_id))]
+    labels = [by_id[i] for i in range(len(by_id))]
+    check_labels(labels, "config.json: id2label")
+    return labels
 
 
 def export_mlm_maps(cfg: ModelConfig) -> list[TensorMap]:

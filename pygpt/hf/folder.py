@@ -13,7 +13,6 @@ come from anyone, so:
 Every refusal is a one-line ValueError naming the file."""
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
@@ -21,6 +20,9 @@ from typing import Any, Optional
 
 import torch
 from safetensors import SafetensorError, safe_open
+
+from pygpt.storage.targets import check_folder
+from pygpt_runtime.json_file import parse_json
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -72,10 +74,7 @@ def read_json(folder: Path, name: str, limit: int = MAX_JSON_BYTES) -> Optional[
     text = read_text(folder, name, limit)
     if text is None:
         return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{folder / name} is not valid JSON: {e}") from None
+    value = parse_json(text, str(folder / name))
     if not isinstance(value, dict):
         raise ValueError(f"{folder / name} must hold a JSON object")
     return value
@@ -84,6 +83,7 @@ def read_json(folder: Path, name: str, limit: int = MAX_JSON_BYTES) -> Optional[
 def read_config(folder: Path) -> dict[str, Any]:
     """The folder's config.json, after the folder itself and its weights file are checked to
     exist (a missing folder, a pickle-only one, sharded weights: one line each)."""
+    check_folder(folder, "--from-hf")
     if not folder.is_dir():
         raise ValueError(f"no Hugging Face model folder at {folder}")
     if regular_file(folder, WEIGHTS) is None:

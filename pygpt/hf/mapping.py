@@ -9,6 +9,7 @@ folder's tensors are checked against them before any is read."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+import reprlib
 from typing import Any, Mapping
 
 import torch
@@ -66,14 +67,16 @@ class Layout:
     fresh: tuple[str, ...] = ()
 
 
-def setting(hf: Mapping[str, Any], name: str, default: Any, kind: type) -> Any:
-    """The value of name in an HF config.json (default when absent), checked to be of kind."""
+def setting(hf: Mapping[str, Any], name: str, default: Any, kind: type,
+            source: str = "config.json") -> Any:
+    """The value of name in an HF config.json (default when absent), checked to be of kind;
+    source names the file in the error (another JSON file of the folder: tokenizer_config.json)."""
     value = hf.get(name, default)
     ok = (isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
           or value is None and default is None
           or kind is float and isinstance(value, int) and not isinstance(value, bool))
     if not ok:
-        raise ValueError(f"config.json: {name} must be {kind.__name__}, got {value!r}")
+        raise ValueError(f"{source}: {name} must be {kind.__name__}, got {reprlib.repr(value)}")
     return value
 
 

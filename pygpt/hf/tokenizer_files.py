@@ -15,11 +15,14 @@ WordLevel model over single characters: each character one token, the same id.""
 from __future__ import annotations
 
 import json
+import reprlib
 from pathlib import Path
 from typing import Any
 
 from pygpt.hf.folder import read_json, read_text
 from pygpt.hf.mapping import setting
+from pygpt_runtime.json_file import parse_json
+from pygpt_runtime.text import check_ids
 from pygpt.tokenizer import (SPECIAL_TOKENS, BPETokenizer, CharTokenizer, Tokenizer,
                              WordPieceTokenizer, require_specials)
 
@@ -28,6 +31,7 @@ HF_TOKENIZER_CONFIG = "tokenizer_config.json"
 GPT2_FILES = ("vocab.json", "merges.txt")
 BERT_VOCAB = "vocab.txt"
 END_OF_TEXT = "<|endoftext|>"
+MAX_IDS = 1 << 32  # the ids HF tokenizers can hold (u32)
 CHAR_PATTERN = r"[\s\S]"  # the char tokenizer's pre-tokenizer: every character a word
 # The tokenizer_config.json names of BERT's special tokens.
 BERT_SPECIAL_KEYS = {"[PAD]": "pad_token", "[UNK]": "unk_token", "[CLS]": "cls_token",
@@ -50,7 +54,7 @@ def _hf(text: str, source: str):
 
 
 def _from_tokenizer_json(text: str, source: str) -> Tokenizer:
-    spec = json.loads(text)
+    spec = parse_json(text, source)
     model = spec.get("model") if isinstance(spec, dict) else None
     kind = model.get("type") if isinstance(model, dict) else None
     pre = spec.get("pre_tokenizer") if isinstance(spec, dict) else None
@@ -80,16 +84,22 @@ def _char_tokenizer(tok, source: str) -> CharTokenizer:
         raise ValueError(f"{source}: {e}") from None
 
 
+def _tokenizer_config(folder: Path) -> tuple[dict[str, Any], str]:
+    """The folder's tokenizer_config.json ({} when absent), and its path for errors."""
+    return read_json(folder, HF_TOKENIZER_CONFIG) or {}, str(folder / HF_TOKENIZER_CONFIG)
+
+
 def _gpt2_bpe(folder: Path) -> Tokenizer:
     from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
 
     vocab_text, merges_text = (read_text(folder, name) for name in GPT2_FILES)
-    try:
-        vocab = json.loads(vocab_text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{folder / 'vocab.json'} is not valid JSON: {e}") from None
+    vocab = parse_json(vocab_text, str(folder / "vocab.json"))
     if not isinstance(vocab, dict) or not all(type(i) is int for i in vocab.values()):
         raise ValueError(f"{folder / 'vocab.json'} must map each token to its id")
+    out_of_range = next(((t, i) for t, i in vocab.items() if not 0 <= i < MAX_IDS), None)
+    if out_of_range is not None:
+        raise ValueError(f"{folder / 'vocab.json'}: the id of {reprlib.repr(out_of_range[0])} is "
+                         f"{reprlib.repr(out_of_range[1])}, not one of 0 .. {MAX_IDS - 1}")
     merges = []
     for n, line in enumerate(merges_text.splitlines(), 1):
         if line.startswith("#version") or not line:
@@ -98,13 +108,14 @@ def _gpt2_bpe(folder: Path) -> Tokenizer:
         if len(pair) != 2:
             raise ValueError(f"{folder / 'merges.txt'} line {n} is not two tokens")
         merges.append((pair[0], pair[1]))
-    config = read_json(folder, HF_TOKENIZER_CONFIG) or {}
+    config, config_file = _tokenizer_config(folder)
     try:
         tok = HFTokenizer(models.BPE(vocab=vocab, merges=merges))
     except Exception as e:
-        raise ValueError(f"{folder}: vocab.json and merges.txt do not fit: {e}") from None
+        raise ValueError(f"{folder}: vocab.json and merges.txt do not fit: "
+                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(
-        add_prefix_space=setting(config, "add_prefix_space", False, bool))
+        add_prefix_space=setting(config, "add_prefix_space", False, bool, config_file))
     tok.decoder = decoders.ByteLevel()
     if END_OF_TEXT in vocab:
         tok.add_special_tokens([AddedToken(END_OF_TEXT, special=True)])
@@ -123,18 +134,18 @@ def _bert_wordpiece(folder: Path) -> Tokenizer:
                              f"{vocab[token] + 1})")
         vocab[token] = n
     require_specials(vocab, SPECIAL_TOKENS, f"{folder / BERT_VOCAB}: pygpt's BERT")
-    config = read_json(folder, HF_TOKENIZER_CONFIG) or {}
+    config, config_file = _tokenizer_config(folder)
     for name, key in BERT_SPECIAL_KEYS.items():
-        if setting(config, key, name, str) != name:
-            raise ValueError(f"{folder / HF_TOKENIZER_CONFIG}: {key} is {config[key]!r}; pygpt's "
+        if setting(config, key, name, str, config_file) != name:
+            raise ValueError(f"{config_file}: {key} is {reprlib.repr(config[key])}; pygpt's "
                              f"BERT needs BERT's {name}")
-    lower = setting(config, "do_lower_case", True, bool)
+    lower = setting(config, "do_lower_case", True, bool, config_file)
     tok = HFTokenizer(models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##",
                                        max_input_chars_per_word=100))
     tok.normalizer = normalizers.BertNormalizer(
         clean_text=True, lowercase=lower,
-        handle_chinese_chars=setting(config, "tokenize_chinese_chars", True, bool),
-        strip_accents=setting(config, "strip_accents", None, bool))
+        handle_chinese_chars=setting(config, "tokenize_chinese_chars", True, bool, config_file),
+        strip_accents=setting(config, "strip_accents", None, bool, config_file))
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
     tok.add_special_tokens([AddedToken(name, special=True) for name in SPECIAL_TOKENS])
@@ -145,14 +156,12 @@ def read_tokenizer(folder: Path, model_type: str, vocab_size: int) -> Tokenizer:
     """The tokenizer of the HF folder, as pygpt's, checked to have the model's vocab_size."""
     text = read_text(folder, HF_TOKENIZER)
     if text is not None:
-        try:
-            tokenizer = _from_tokenizer_json(text, str(folder / HF_TOKENIZER))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{folder / HF_TOKENIZER} is not valid JSON: {e}") from None
+        source = folder / HF_TOKENIZER
+        tokenizer = _from_tokenizer_json(text, str(source))
     elif model_type == "gpt2" and all(read_text(folder, n) is not None for n in GPT2_FILES):
-        tokenizer = _gpt2_bpe(folder)
+        source, tokenizer = folder / GPT2_FILES[0], _gpt2_bpe(folder)
     elif model_type == "bert" and read_text(folder, BERT_VOCAB) is not None:
-        tokenizer = _bert_wordpiece(folder)
+        source, tokenizer = folder / BERT_VOCAB, _bert_wordpiece(folder)
     else:
         needs = " + ".join(GPT2_FILES) if model_type == "gpt2" else BERT_VOCAB
         raise ValueError(f"{folder} has no tokenizer: {HF_TOKENIZER}, or {needs}")
@@ -161,6 +170,7 @@ def read_tokenizer(folder: Path, model_type: str, vocab_size: int) -> Tokenizer:
     if tokenizer.vocab_size != vocab_size:
         raise ValueError(f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but "
                          f"config.json's vocab_size is {vocab_size}")
+    check_ids(tokenizer, vocab_size, source)
     return tokenizer
 
 

@@ -60,7 +60,7 @@ def _to_onnx(model: BERT, path: Path) -> None:
     example = padded_batch(model.config.vocab_size, [min(3, model.config.block_size), 2])
     dynamic = {name: {0: batch, 1: seq} for name in INPUTS}
     to_onnx(_Encoder(model), tuple(example[name] for name in INPUTS), path, INPUTS, OUTPUTS,
-            dynamic)
+            dynamic, model.config.block_size)
 
 
 def _check_against_torch(model: BERT, path: Path, tol: float = 1e-4) -> None:

@@ -86,7 +86,7 @@ def _to_onnx(model: GPT, path: Path) -> None:
                "past": [({0: batch, 2: past_len}, {0: batch, 2: past_len})] * cfg.n_layer}
     inputs, outputs = io_names(cfg.n_layer)
     to_onnx(_CachedStep(model), (ids, input_lengths, past_lengths, past), path, inputs, outputs,
-            dynamic)
+            dynamic, cfg.block_size)
 
 
 def _check_against_torch(model: GPT, path: Path, tol: float = 1e-4) -> None:

@@ -21,7 +21,7 @@ from pygpt.onnx.int8 import Int8Settings, quantize_int8
 from pygpt.ops.onnx_opset import OPSET
 from pygpt.ops.registry import OPS
 from pygpt.storage.run_files import RUNNER_CONFIG, TOKENIZER
-from pygpt_runtime.runner_config import export_files, read_config
+from pygpt_runtime.runner_config import GRAPH_BLOCK_SIZE, export_files, read_config
 
 # Each op's translation to standard ONNX ops, from its home in pygpt.ops (see pygpt.ops.registry).
 TRANSLATIONS = {getattr(torch.ops.pygpt, op.name).default: op.onnx for op in OPS
@@ -29,14 +29,17 @@ TRANSLATIONS = {getattr(torch.ops.pygpt, op.name).default: op.onnx for op in OPS
 
 
 def to_onnx(module: torch.nn.Module, args: tuple, path: Path, input_names: list[str],
-            output_names: list[str], dynamic_shapes) -> None:
-    """Exports module(*args) to path as one self-contained file, our ops translated."""
+            output_names: list[str], dynamic_shapes, block_size: int) -> None:
+    """Exports module(*args) to path as one self-contained file, our ops translated; its
+    metadata records block_size, the positions the graph holds, which the runner holds
+    runner.json's block_size to (pygpt_runtime.runner_config.GRAPH_BLOCK_SIZE)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's FutureWarnings are not ours to act on
         program = torch.onnx.export(
             module, args, None, input_names=input_names, output_names=output_names,
             dynamic_shapes=dynamic_shapes, custom_translation_table=TRANSLATIONS,
             opset_version=OPSET, dynamo=True, external_data=False, optimize=True, verbose=False)
+    program.model.metadata_props[GRAPH_BLOCK_SIZE] = str(block_size)
     program.save(str(path), external_data=False)
 
 

@@ -128,7 +128,8 @@ def _builders(model: Seq2Seq) -> dict[str, object]:
     examples = _args(_example(model, (4, 2), prefix=3, step=2))
     return {f"{PARTS[part]}.onnx":
             (lambda path, part=part, args=args: to_onnx(modules[part](model), args, path,
-                                                        *names[part], dynamic[part]))
+                                                        *names[part], dynamic[part],
+                                                        model.config.block_size))
             for part, args in examples.items()}
 
 

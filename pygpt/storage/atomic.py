@@ -19,22 +19,19 @@ the previous contents whole, never a half-written file or a folder of mixed save
   write into it call check() first, which raises once the folder is no longer the one it
   locked (removed or replaced): its writer stops instead of writing into another folder.
 
-A folder may come from elsewhere, so nothing here follows a symbolic link where it writes, and
-recovery trusts no marker (pygpt.storage.commit_marker.read_marker): a damaged one, or one naming
-anything but plain names of the folder that its change staged, is refused with a ValueError
-before anything is touched, as is a staging folder that is a link.
+A folder may come from elsewhere, so nothing here writes over anything but a regular file
+(pygpt.storage.targets), and recovery trusts no marker (pygpt.storage.commit_marker.read_marker):
+a damaged one, or one naming anything but plain names of the folder that its change staged, is
+refused with a ValueError before anything is touched, as is a staging folder that is a link.
 
 A save the OS refuses (no space left, a read-only disk, a quota) discards the staging folder
 and raises an OSError naming the folder, with the OS's reason, saying the previous contents are
-intact.
-
-Every file is given the mode a plain open() gives (0666 less the umask), also where the writing
-library creates 0600 files.
+intact. Every file is given the mode a plain open() gives (0666 less the umask), also where the
+writing library creates 0600 files.
 
 Test hook: with the environment variable PYGPT_TEST_KILL_AT=k, the process SIGKILLs itself right
 after its k-th file operation here (a file written, renamed, moved or removed, a folder created
-or removed), so tests can cut a save between any two operations (tests/test_crash_consistency).
-"""
+or removed), so tests can cut a save between any two operations (tests/test_crash_consistency)."""
 from __future__ import annotations
 
 import json
@@ -48,6 +45,7 @@ from types import TracebackType
 from typing import Callable, Optional, Sequence, TypeVar, Union
 
 from pygpt.storage.commit_marker import MARKER, is_plain_name, read_marker
+from pygpt.storage.targets import check_target
 
 KILL_ENV = "PYGPT_TEST_KILL_AT"
 STAGING = ".staging-"
@@ -119,6 +117,7 @@ def _fsync_dir(path: Path) -> None:
 def atomic_write(path: Union[str, Path], write: Callable[[Path], None]) -> None:
     """Calls write(tmp) on a temporary path beside `path`, then renames it over `path`."""
     path = Path(path)
+    check_target(path)
     _check_owner(path.parent)
     tmp = path.with_name(f".{path.name}{_TMP}{os.getpid()}")
     try:
@@ -172,6 +171,7 @@ class FolderWrite:
         """Calls write(path) on name's staging path and flushes the file; returns the path."""
         if not is_plain_name(name):
             raise ValueError(f"not a plain file name for {self.folder}: {name!r}")
+        check_target(self.folder / name)
         write(self.path(name))
         _fsync_file(self.path(name))
         _file_op()

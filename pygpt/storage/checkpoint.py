@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import reprlib
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -27,12 +26,14 @@ from torch import nn
 from pygpt.storage.compat import upgrade_config, upgrade_model, upgrade_weights
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.config.fields import config_from_dict, to_dict
-from pygpt.data.labelled import check_label
+from pygpt.data.labelled import check_labels
 from pygpt.storage.atomic import FolderWrite, read_committed, recover_folder
 from pygpt.families import build
 from pygpt.storage.run_files import CONFIG, LABELS, TOKENIZER, TRAIN_STATE, WEIGHTS
 from pygpt.storage.serializers import save_weights, torch_save
 from pygpt.tokenizer import Tokenizer, load_tokenizer
+from pygpt_runtime.json_file import parse_json, read_json
+from pygpt_runtime.text import check_ids
 from pygpt.storage.train_state import check_train_state, load_optimizer
 
 FORMAT = 3
@@ -75,13 +76,7 @@ def save(out_dir: Union[str, Path], model: nn.Module, tokenizer: Tokenizer,
 
 def _read_json(ckpt: Path, name: str, missing: str) -> Any:
     """The JSON in the file `name` of ckpt; FileNotFoundError(missing), ValueError if corrupt."""
-    def read(path: Path) -> Any:
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path} is corrupt: {e}") from None
-
-    return read_committed(ckpt, name, read, missing)
+    return read_committed(ckpt, name, read_json, missing)
 
 
 def _read_weights(ckpt: Path, tensors: bool = True, device: Union[str, torch.device] = "cpu",
@@ -141,11 +136,12 @@ def load(ckpt: Union[str, Path], kernels: str = "ext",
     if weights_format not in {str(f) for f in READABLE_FORMATS}:
         raise ValueError(f"{weights} is in weights format {weights_format!r}; this pygpt reads "
                          f"format {_READABLE}")
+    recorded = (parse_json(meta["model_config"], f"{weights}'s model_config")
+                if "model_config" in meta else None)
     try:
         model_cfg: ModelConfig = config_from_dict(ModelConfig, config["model"])
-        weights_cfg = (config_from_dict(ModelConfig,
-                                        upgrade_model(json.loads(meta["model_config"])))
-                       if "model_config" in meta else model_cfg)
+        weights_cfg = (config_from_dict(ModelConfig, upgrade_model(recorded))
+                       if recorded is not None else model_cfg)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{path / CONFIG}: invalid model config: {e}") from None
     if str(config.get("step")) != meta.get("step"):
@@ -159,6 +155,7 @@ def load(ckpt: Union[str, Path], kernels: str = "ext",
     if tokenizer.vocab_size != model_cfg.vocab_size:
         raise ValueError(f"{path}: the tokenizer has {tokenizer.vocab_size} tokens but the model "
                          f"was configured for {model_cfg.vocab_size}")
+    check_ids(tokenizer, model_cfg.vocab_size, path / TOKENIZER)
     with torch.device("meta"):  # shapes only: the config checked to fit before any allocation
         shapes = build(model_cfg, kernels=kernels)
     state = upgrade_weights(shapes, state, weights_format)
@@ -195,7 +192,7 @@ def _check_fits(model: nn.Module, state: dict[str, torch.Tensor], source: Path) 
 def load_labels(ckpt: Union[str, Path]) -> Optional[list[str]]:
     """A classifier checkpoint's class names, in the order of its outputs; None for a model
     without a classification head. A ValueError if they do not fit the model's num_labels, repeat
-    a name, or hold a control character (data.labelled.check_label: they are printed)."""
+    a name, or hold a control character (data.labelled.check_labels: they are printed)."""
     path = Path(ckpt)
     num_labels = read_config(path)["model"].get("num_labels", 0)
     if not num_labels:
@@ -205,12 +202,7 @@ def load_labels(ckpt: Union[str, Path]) -> Optional[list[str]]:
             or len(labels) != num_labels):
         raise ValueError(f"{path / LABELS} must be a list of the model's {num_labels} label "
                          f"names, got {reprlib.repr(labels)}")
-    repeated = sorted(x for x, n in Counter(labels).items() if n > 1)
-    if repeated:
-        raise ValueError(f"{path / LABELS} names {', '.join(map(repr, repeated))} more than once; "
-                         "each of the model's outputs needs its own label")
-    for label in labels:
-        check_label(label, str(path / LABELS))
+    check_labels(labels, str(path / LABELS))
     return labels
 
 

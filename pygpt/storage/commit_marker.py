@@ -10,11 +10,12 @@ anything, never a file moved or deleted outside the folder.
 """
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
 from typing import Optional
+
+from pygpt_runtime.json_file import parse_json
 
 MARKER = "COMMITTED"
 
@@ -38,24 +39,29 @@ def read_marker(staging: Path) -> Optional[dict]:
     """The change committed in the staging folder staging (its marker: written, remove, index,
     time_ns), or None if it was never committed; a one-line ValueError for a marker that is
     damaged or names anything FolderWrite could not have staged (module docstring)."""
-    def refuse(why: str) -> ValueError:
-        return ValueError(f"{staging / MARKER} {why}; the folder needs a look (nothing was "
-                          "changed)")
+    path = staging / MARKER
+
+    def refuse(problem: object) -> ValueError:
+        return ValueError(f"{problem}; the folder needs a look (nothing was changed)")
 
     try:
-        fd = os.open(staging / MARKER, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None
     except OSError as e:  # a link among them
-        raise refuse(f"cannot be read ({e.strerror or e})") from None
+        raise refuse(f"{path} cannot be read ({e.strerror or e})") from None
     try:
         with open(fd, encoding="utf-8") as f:
-            marker = json.loads(f.read())
-    except (OSError, ValueError) as e:
-        raise refuse(f"is damaged ({str(e).splitlines()[0] if str(e) else e!r})") from None
+            marker = parse_json(f.read(), str(path))
+    except UnicodeDecodeError as e:
+        raise refuse(f"{path} is damaged (not UTF-8: {e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise refuse(f"{path} cannot be read ({e.strerror or e})") from None
+    except ValueError as e:
+        raise refuse(e) from None
     if not (isinstance(marker, dict) and isinstance(marker.get("written"), list)
             and isinstance(marker.get("remove"), list) and type(marker.get("time_ns")) is int):
-        raise refuse("is not a commit marker")
+        raise refuse(f"{path} is not a commit marker")
     index = marker.get("index")
     named = marker["written"] + marker["remove"] + ([] if index is None else [index])
     folder = staging.parent
@@ -63,5 +69,5 @@ def read_marker(staging: Path) -> Optional[dict]:
                or ((folder / name).is_dir() and not (folder / name).is_symlink())
                or (name in marker["written"] and not _staged_file(staging / name))]
     if foreign:
-        raise refuse(f"names {foreign[0]!r}, not a file of the folder that pygpt staged")
+        raise refuse(f"{path} names {foreign[0]!r}, not a file of the folder that pygpt staged")
     return marker

@@ -27,7 +27,8 @@ from typing import Sequence, Union
 
 from pygpt.storage.atomic import atomic_write_text
 from pygpt.tokenizer.training import TextOrChunks, text_chunks, train_bpe, train_wordpiece
-from pygpt_runtime.text import SpecialsEncoding, byte_level_bytes
+from pygpt_runtime.json_file import parse_json
+from pygpt_runtime.text import SpecialsEncoding, byte_level_bytes, hf_id_bound
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # A translator's joint source/target vocabulary: padding, and the target's start and end.
@@ -95,6 +96,9 @@ class CharTokenizer(_Base):
     def vocab_size(self) -> int:
         return len(self._pieces)
 
+    def id_bound(self) -> int:
+        return len(self._pieces)
+
     def unknown(self, text: str) -> list[str]:
         """The distinct characters of text that have no token, in order of appearance."""
         return list(dict.fromkeys(c for c in text if c not in self._index))
@@ -137,6 +141,9 @@ class _HFTokenizer(_Base):
     @property
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size()
+
+    def id_bound(self) -> int:
+        return hf_id_bound(self._tok)
 
     def _encode_text(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
@@ -201,10 +208,7 @@ def load_tokenizer(path: Union[str, Path]) -> Tokenizer:
 
 def tokenizer_from_json(text: str, source: str = "tokenizer") -> Tokenizer:
     """A tokenizer from the text of its tokenizer.json; `source` names it in errors."""
-    try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{source} is not a valid tokenizer file: {e}") from None
+    spec = parse_json(text, source, "a valid tokenizer file")
     if isinstance(spec, dict) and spec.get("kind") == "char" and "chars" in spec:
         try:
             return CharTokenizer(spec["chars"], spec.get("specials", ()))

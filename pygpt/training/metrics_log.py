@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from pygpt.storage.atomic import atomic_write_text
 from pygpt.storage.run_files import METRICS
+from pygpt_runtime.json_file import parse_json
 
 
 def append_metrics(out: Path, record: dict[str, Any]) -> None:
@@ -28,7 +29,7 @@ def _record_step(line: str) -> Optional[int]:
     """The step of one line of metrics.jsonl; None for a line that is not a whole record (one
     half-written when a run was killed mid-append)."""
     try:
-        record = json.loads(line)
+        record = parse_json(line, METRICS)
     except ValueError:
         return None
     step = record.get("step") if isinstance(record, dict) else None

@@ -38,8 +38,10 @@ from pygpt.storage import checkpoint
 from pygpt.config import ModelConfig
 from pygpt.config.fields import config_from_dict
 from pygpt.storage.atomic import guard, recover_folder, unguard
+from pygpt.storage.targets import check_folder, check_target, linked
 from pygpt.storage.run_files import (CONFIG, LABELS, LOSS_PLOT, METRICS, RUNNER_CONFIG, TOKENIZER,
                              TRAIN_STATE, WEIGHTS)
+from pygpt_runtime.json_file import parse_json
 
 LOCK = ".pygpt-train.lock"
 # A run's files: what the first save of a new run (--overwrite) removes of an earlier one.
@@ -53,7 +55,7 @@ def _open_lock_file(path: Path) -> int:
 def _owner(fd: int) -> dict[str, Any]:
     """The pid and host recorded in an open lock file ({} if it holds none)."""
     try:
-        owner = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+        owner = parse_json(os.pread(fd, 4096, 0).decode("utf-8"), "the lock file")
     except (OSError, ValueError):
         return {}
     return owner if isinstance(owner, dict) else {}
@@ -61,11 +63,6 @@ def _owner(fd: int) -> dict[str, Any]:
 
 def _describe(owner: dict[str, Any]) -> str:
     return f"pid {owner.get('pid', '?')} on host {owner.get('host', '?')}"
-
-
-def _linked(path: Path) -> ValueError:
-    return ValueError(f"{path} is a symbolic link; pygpt never writes through one: remove it "
-                      "(or pass another --out)")
 
 
 def _same_file(fd: int, path: Path) -> bool:
@@ -86,8 +83,7 @@ class RunFolder:
         self.path, self.what, self._fd, self._created = Path(path), what, None, False
 
     def __enter__(self) -> "RunFolder":
-        if self.path.exists() and not self.path.is_dir():
-            raise ValueError(f"--out {self.path} is a file, not a folder")
+        check_folder(self.path, "--out")
         self._created = not self.path.exists()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -98,8 +94,7 @@ class RunFolder:
             self._take_lock()
             recover_folder(self.path)
             for name in RUN_FILES:
-                if (self.path / name).is_symlink():
-                    raise _linked(self.path / name)
+                check_target(self.path / name, "another --out")
             guard(self.path, self.check_held)
         except BaseException:
             self.__exit__()
@@ -113,7 +108,7 @@ class RunFolder:
                 fd = _open_lock_file(path)
             except OSError as e:
                 if e.errno == errno.ELOOP:
-                    raise _linked(path) from None
+                    raise linked(path, "another --out") from None
                 raise ValueError(f"cannot write into the --out folder {self.path}: "
                                  f"{e.strerror or e}") from None
             try:
@@ -164,17 +159,26 @@ class RunFolder:
             except OSError:
                 pass
 
-    def check_new_run(self, overwrite: bool) -> None:
+    def check_new_run(self, overwrite: bool, resumable: bool = False,
+                      continued_by: str = "") -> None:
         """Refuses a new run into a folder that holds anything (a checkpoint, an export, files
-        of any other kind), unless overwrite and the folder holds an earlier pygpt run."""
+        of any other kind), unless overwrite and the folder holds an earlier pygpt run. The
+        refusal of a checkpoint says how to continue it: --resume where the command takes it
+        (resumable), else the command continued_by names (a prune's recovery cut short
+        continues as a training run), if any."""
         held = sorted(n for n in os.listdir(self.path) if n != LOCK)
         if not held:
             return
         if _holds_run(self.path, held):
             if overwrite:
                 return
-            raise ValueError(f"{self.path} already holds a checkpoint; pass --resume to continue "
-                             "it, --overwrite to start over, or --out to train elsewhere")
+            if resumable:
+                raise ValueError(f"{self.path} already holds a checkpoint; pass --resume to "
+                                 "continue it, --overwrite to start over, or --out to train "
+                                 "elsewhere")
+            hint = f" ({continued_by} continues a run cut short)" if continued_by else ""
+            raise ValueError(f"{self.path} already holds a checkpoint; pass --overwrite to "
+                             f"replace it or another --out{hint}")
         shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
         if overwrite:
             what = "an ONNX export" if RUNNER_CONFIG in held else "files that are not a pygpt run"

@@ -59,8 +59,9 @@ def create_app(served: Served, access: Access = Access()) -> FastAPI:
     page = resources.files("pygpt_runtime.serve") / PLAYGROUND
 
     @app.get("/health")
-    def health() -> dict:
-        return served.health()
+    def health() -> JSONResponse:
+        answer = served.health()
+        return JSONResponse(answer, status_code=200 if answer["status"] == "ok" else 503)
 
     @app.get("/metrics", include_in_schema=False)
     def metrics_text() -> Response:

@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 
 from pygpt_runtime.run_onnx import OnnxGPT, Rows, next_token, window_key
-from pygpt_runtime.serve.workers import Generation, RowsWorker
+from pygpt_runtime.serve.workers import Generation, RowsWorker, step_failure
 
 
 Group = tuple[Rows, list[Generation]]
@@ -34,7 +34,9 @@ class Batcher(RowsWorker):
     def __init__(self, model: OnnxGPT, queue_size: int, max_batch: int):
         super().__init__(model.tokenizer, queue_size, "pygpt-decode")
         self.model, self.max_batch = model, max_batch
+        self.context_length = model.config["block_size"]
         self.waiting: deque[Generation] = deque()
+        self.groups: list[Group] = []  # the rows decoding, by window
         self.thread.start()
 
     def _keep(self, generations: list[Generation]) -> None:
@@ -46,15 +48,24 @@ class Batcher(RowsWorker):
     def _room(self) -> int:
         return self.max_batch - self.active  # rows the next step admits
 
+    def _held(self) -> list[Generation]:
+        return [*self.waiting, *(g for _, gens in self.groups for g in gens)]
+
+    def prompt_logits(self, ids: list[int]) -> np.ndarray:
+        """The logits (len(ids), vocab) of one run over a prompt of at most block_size tokens,
+        for its tokens' log-probabilities (echo); onnxruntime runs it beside the worker's
+        calls."""
+        return self.model.step(np.array([ids], dtype=np.int64), self.model.empty_past(1))[0][0]
+
     def _admit(self, groups: list[Group]) -> Optional[list[Group]]:
         """The groups with the waiting rows that fit added (new rows grouped by window_key);
         None when closing. Waits while there is nothing to do."""
         with self.ready:
+            self.groups = groups
             while not self.waiting and not groups and not self.closing:
                 self.ready.wait()
             if self.closing:
-                for g in [*self.waiting, *(g for _, gens in groups for g in gens)]:
-                    g.send("error", "the server is shutting down")
+                self._end_all("the server is shutting down")
                 self.waiting.clear()
                 return None
             room = self.max_batch - sum(len(gens) for _, gens in groups)
@@ -72,15 +83,15 @@ class Batcher(RowsWorker):
         """One token for each row of a group; the rows that go on."""
         try:
             logits = rows.logits(self.model)
-        except ValueError as e:  # outputs that are not finite numbers
+            tokens = np.array([int(next_token(logits[b:b + 1], rng=g.rng, **g.sampling)[0])
+                               for b, g in enumerate(gens)], dtype=np.int64)
+        except Exception as e:  # outputs that are not finite numbers, or the model failed
             for g in gens:
-                g.send("error", str(e))
+                g.send("error", step_failure(e))
             return None
-        tokens = np.array([int(next_token(logits[b:b + 1], rng=g.rng, **g.sampling)[0])
-                           for b, g in enumerate(gens)], dtype=np.int64)
         rows.append(tokens)
         return _subset(rows, gens, [b for b, g in enumerate(gens)
-                                    if g.take(int(tokens[b])) and not g.stopped])
+                                    if g.take(int(tokens[b]), logits[b]) and not g.stopped])
 
     def _run(self) -> None:
         groups: list[Group] = []
@@ -101,6 +112,7 @@ class Batcher(RowsWorker):
                     merged[key] = (rows, gens)
             groups = list(merged.values())
             with self.ready:
+                self.groups = groups
                 self.active = sum(len(gens) for _, gens in groups)
 
 

@@ -29,6 +29,7 @@ prometheus_client): pip install 'pygpt-runtime[serve]'."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import copy
 import os
 import signal
@@ -53,6 +54,26 @@ def _stop(signum: int, _frame) -> None:
 # What serves a checkpoint (pygpt.serve, with torch): the --ckpt flag's help, and a function of
 # the checkpoint's folder, the limits and --threads opening it (served.Served).
 Checkpoints = tuple[str, Callable[[str, Any, Optional[int]], Any]]
+
+
+def _server(served: Any, config: Any) -> Any:
+    """uvicorn's server, which once stopping ends the open requests itself a moment before
+    its grace period is over (the workers close: an open stream ends with an error event, a
+    waiting request with an error), rather than leave uvicorn to cancel them (tracebacks, and
+    streams cut without a word)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: Optional[list] = None) -> None:
+            loop, grace = asyncio.get_running_loop(), config.timeout_graceful_shutdown
+            ending = loop.call_later(grace - min(1.0, grace / 2),
+                                     lambda: loop.run_in_executor(None, served.close))
+            try:
+                await super().shutdown(sockets)
+            finally:
+                ending.cancel()
+
+    return Server(config)
 
 
 def serving(served: Any, host: str, port: int) -> str:
@@ -169,7 +190,7 @@ def main(argv: Optional[list[str]] = None, checkpoints: Optional[Checkpoints] = 
             raise SystemExit(f"error: {e}") from None
         print(f"pygpt-serve: {serving(served, args.host, args.port)}", file=sys.stderr,
               flush=True)
-        server = uvicorn.Server(uvicorn.Config(
+        server = _server(served, uvicorn.Config(
             create_app(served, access), host=args.host, port=args.port,
             log_level=args.log_level, log_config=log_config(args.log_level),
             access_log=False, timeout_graceful_shutdown=args.grace,

@@ -12,7 +12,10 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from pygpt_runtime.serve.clients import ClientGone
 from pygpt_runtime.serve.workers import Busy
+
+CLIENT_GONE = 499  # nginx's "client closed request": in the log, never seen by the client
 
 
 class RequestError(Exception):
@@ -67,6 +70,10 @@ def add_handlers(app: FastAPI) -> None:
         response = error_body(503, f"the server is busy: {e}")
         response.headers["Retry-After"] = "1"
         return response
+
+    @app.exception_handler(ClientGone)
+    async def gone(_: Request, e: ClientGone) -> JSONResponse:
+        return error_body(CLIENT_GONE, "the client closed its connection before its answer")
 
     @app.exception_handler(ModelError)
     async def failed(_: Request, e: ModelError) -> JSONResponse:

@@ -8,6 +8,10 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pygpt_runtime.cli_checks import MAX_SEED
+from pygpt_runtime.onnx_search import MAX_LENGTH_PENALTY
+from pygpt_runtime.serve.logprobs import MAX_LOGPROBS
+
 Text = Annotated[str, Field(min_length=1)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 STOPS = 4  # the most stop sequences a request may give (OpenAI's limit)
@@ -30,13 +34,21 @@ class CompletionRequest(Body):
     temperature: Finite = Field(1.0, ge=0, description="0: greedy (argmax)")
     top_p: Finite = Field(1.0, gt=0, le=1, description="nucleus sampling threshold")
     top_k: Optional[int] = Field(None, ge=1, description="sample among the k most likely")
-    seed: Optional[int] = Field(None, ge=0, description="reproducible sampling: the tokens "
-                                                        "pygpt-run --seed gives")
+    seed: Optional[int] = Field(None, ge=0, le=MAX_SEED,
+                                description="reproducible sampling: the tokens pygpt-run "
+                                            "--seed gives")
     stop: Union[None, Text, Annotated[list[Text], Field(max_length=STOPS)]] = Field(
         None, description="text that ends a choice (not included)")
     stream: bool = Field(False, description="server-sent events, ending in data: [DONE]")
     stream_options: Optional[StreamOptions] = None
-    n: int = Field(1, ge=1, le=1, description="choices per prompt (1)")
+    n: int = Field(1, ge=1, description="choices per prompt (with a seed, choice i draws with "
+                                        "seed + i); prompts x n may not pass the server's "
+                                        "--max-batch")
+    echo: bool = Field(False, description="the prompt's text (and its tokens' log-probabilities) "
+                                          "before the completion's")
+    logprobs: Optional[int] = Field(None, ge=0, le=MAX_LOGPROBS,
+                                    description="each token's log-probability, with this many "
+                                                "most likely alternatives")
     user: Optional[str] = None
 
     def prompts(self) -> list[str]:
@@ -67,7 +79,7 @@ class TranslateRequest(Body):
     text: Union[Text, Annotated[list[str], Field(min_length=1)]] = Field(
         description="a sentence, or a list of sentences")
     beam: int = Field(4, ge=1, le=MAX_BEAM, description="beam size (1: greedy)")
-    length_penalty: Finite = Field(0.6, ge=0, description="GNMT's alpha")
+    length_penalty: Finite = Field(0.6, ge=0, le=MAX_LENGTH_PENALTY, description="GNMT's alpha")
     max_len_extra: int = Field(50, ge=0, description="a translation holds at most the source's "
                                                      "tokens + this many")
 

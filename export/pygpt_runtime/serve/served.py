@@ -71,9 +71,12 @@ class Served:
         return f"{self.name}, a {self.family.name} model ({self.task})"
 
     def health(self) -> dict:
-        return {"status": "ok", "model": self.name, "family": self.family.name,
-                "task": self.task, **({"labels": self.labels} if self.labels is not None else {}),
-                **self.worker.health(),
+        """What GET /health answers: status "ok", or "failed" when the worker has failed (its
+        "failure" says why; the route answers 503 then)."""
+        worker = self.worker.health()
+        return {"status": "failed" if "failure" in worker else "ok", "model": self.name,
+                "family": self.family.name, "task": self.task,
+                **({"labels": self.labels} if self.labels is not None else {}), **worker,
                 **{name: describe() for name, (describe, _) in self.parts.items()}}
 
     def routers(self) -> list[APIRouter]:

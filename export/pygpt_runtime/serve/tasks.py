@@ -10,9 +10,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
-from pygpt_runtime.onnx_search import Search
+from pygpt_runtime.onnx_search import Search, stop_requested
+from pygpt_runtime.serve.clients import unless_gone
 from pygpt_runtime.serve.errors import RequestError
 from pygpt_runtime.serve.schemas import ClassifyRequest, FillMaskRequest, TranslateRequest
 from pygpt_runtime.serve.workers import admit
@@ -23,19 +24,28 @@ class TaskQueue:
 
     def __init__(self, queue_size: int):
         self.queue_size, self.pending = queue_size, 0
+        self.closing = False
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="pygpt-task")
 
-    async def run(self, param: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """fn(*args) on the worker; its ValueError (the request's content) a 400 naming param."""
+    async def run(self, request: Request, param: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """fn(*args) on the worker; its ValueError (the request's content) a 400 naming param.
+        Should the client go away first, the request ends (clients.ClientGone) and a search
+        that fn runs stops at its next step (onnx_search.stop_requested)."""
         with self.lock:  # pending counts the request running too, in the worker's one place
             admit(self.pending, 1, self.queue_size, 1,
-                  f"{self.pending - 1} requests wait already")
+                  f"{self.pending - 1} requests wait already", self.closing)
             self.pending += 1
+        gone = threading.Event()
         try:
-            return await asyncio.wrap_future(self.pool.submit(fn, *args))
+            return await unless_gone(request, asyncio.wrap_future(
+                self.pool.submit(_until, gone.is_set, fn, *args)), gone.set)
         except ValueError as e:
             raise RequestError(400, param, str(e)) from None
+        except asyncio.CancelledError:
+            if self.closing:  # a request still waiting when the server stopped
+                raise RequestError(503, None, "the server is shutting down") from None
+            raise
         finally:
             with self.lock:
                 self.pending -= 1
@@ -45,16 +55,27 @@ class TaskQueue:
         return {"waiting": self.pending}
 
     def close(self) -> None:
+        """Refuses new requests, cancels those waiting and lets the running one finish."""
+        self.closing = True
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _until(stopped: Callable[[], bool], fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args), its searches stopping once stopped() says so."""
+    token = stop_requested.set(stopped)
+    try:
+        return fn(*args)
+    finally:
+        stop_requested.reset(token)
 
 
 def fill_mask_router(served) -> APIRouter:
     routes, model = APIRouter(), served.model
 
     @routes.post("/v1/fill-mask")
-    async def fill_mask(body: FillMaskRequest) -> dict:
+    async def fill_mask(body: FillMaskRequest, request: Request) -> dict:
         served.encode(body.text, "text", parse_specials=True)
-        fills = await served.worker.run("text", model.fill_mask, body.text, body.top_k)
+        fills = await served.worker.run(request, "text", model.fill_mask, body.text, body.top_k)
         return {"masks": [[{"token": token, "score": score} for token, score in candidates]
                           for candidates in fills]}
     return routes
@@ -64,14 +85,14 @@ def classify_router(served) -> APIRouter:
     routes, model = APIRouter(), served.model
 
     @routes.post("/v1/classify")
-    async def classify(body: ClassifyRequest) -> dict:
+    async def classify(body: ClassifyRequest, request: Request) -> dict:
         for name, text in (("text", body.text), ("text_pair", body.text_pair)):
             if text is not None:
                 served.encode(text, name)
                 if not text.strip():
                     raise RequestError(400, name, f"{name} must not be blank")
         pairs = None if body.text_pair is None else [body.text_pair]
-        probs = (await served.worker.run("text", model.classify, [body.text], pairs))[0]
+        probs = (await served.worker.run(request, "text", model.classify, [body.text], pairs))[0]
         ranked = sorted(zip(model.labels, probs.tolist()), key=lambda lp: -lp[1])
         return {"label": ranked[0][0],
                 "probabilities": [{"label": label, "probability": p} for label, p in ranked]}
@@ -82,7 +103,7 @@ def translate_router(served) -> APIRouter:
     routes, model = APIRouter(), served.model
 
     @routes.post("/v1/translate")
-    async def translate(body: TranslateRequest) -> dict:
+    async def translate(body: TranslateRequest, request: Request) -> dict:
         texts = [body.text] if isinstance(body.text, str) else body.text
         if len(texts) > served.limits.max_batch:
             raise RequestError(400, "text", f"at most {served.limits.max_batch} sentences a "
@@ -91,5 +112,5 @@ def translate_router(served) -> APIRouter:
             served.encode(text, "text" if isinstance(body.text, str) else f"text[{n}]")
         search = Search(beam=body.beam, length_penalty=body.length_penalty,
                         max_extra=body.max_len_extra)
-        return {"translations": await served.worker.run("beam", model.translate, texts, search)}
+        return {"translations": await served.worker.run(request, "beam", model.translate, texts, search)}
     return routes
