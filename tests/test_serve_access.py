@@ -62,6 +62,23 @@ def test_the_api_key_guards_v1_and_metrics_not_health_or_the_page():
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
         for path in ("/health", "/", "/playground/playground.js", "/openapi.json"):
             assert c.get(path).status_code == 200, path
+        counted = c.get("/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    # refused before routing: counted under no route
+    assert 'pygpt_requests_total{route="(none)",status="401"} 5.0' in counted
+
+
+def test_the_openai_client_passes_its_api_key():
+    openai = pytest.importorskip("openai")
+    with app_client(Access(None, KEY)) as c:
+        def client(key):
+            return openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key=key,
+                                 http_client=c, max_retries=0)
+        made = client(KEY).completions.create(model=FIXTURE_EXPORT.name, prompt="a",
+                                              max_tokens=3)
+        assert made.usage.completion_tokens == 3
+        with pytest.raises(openai.AuthenticationError, match="not this server's"):
+            client("wrong").completions.create(model=FIXTURE_EXPORT.name, prompt="a",
+                                               max_tokens=3)
 
 
 def test_the_api_key_comes_from_the_environment(monkeypatch):

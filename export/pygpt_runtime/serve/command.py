@@ -17,9 +17,11 @@ pass, is that name. Requests that arrive together decode together; a full queue 
 Ctrl-C or SIGTERM stops the server cleanly: no new connections, open streams finish (up to
 --grace seconds, then they are closed), exit status 130 / 143.
 
-Bound to a loopback address, the server answers only Host: localhost, 127.0.0.1 or [::1]
-(--allowed-hosts adds names). With --api-key (or PYGPT_API_KEY) the /v1 routes and /metrics
-need the header Authorization: Bearer KEY; /health and the playground page stay open.
+A client gets --header-timeout seconds to send a request's headers and --body-timeout for its
+body (408 after); --limit-concurrency connections are served (503 past it). Bound to a loopback
+address, the server answers only Host: localhost, 127.0.0.1 or [::1] (--allowed-hosts adds
+names). With --api-key (or PYGPT_API_KEY) the /v1 routes and /metrics need the header
+Authorization: Bearer KEY; /health and the playground page stay open.
 
 GET /metrics answers in Prometheus' text format; every response has an X-Request-Id and every
 request a log line (--log-level info). Needs the `serve` extra (FastAPI, uvicorn,
@@ -111,6 +113,18 @@ def parser(checkpoints: Optional[Checkpoints] = None) -> argparse.ArgumentParser
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="the server's log level (info: a line per request)")
+    p.add_argument("--limit-concurrency", type=int, default=256,
+                   help="connections served at once; a request on one past it is a 503 "
+                        "(not /health or /metrics), and one opened past twice as many is "
+                        "closed unread")
+    p.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a request's headers may take to arrive (408 after)")
+    p.add_argument("--body-timeout", type=float, default=30.0,
+                   help="seconds a request's body may take to arrive after its headers")
+    p.add_argument("--timeout-keep-alive", type=float, default=5.0,
+                   help="seconds an idle connection is kept open between requests")
+    p.add_argument("--max-header-bytes", type=int, default=16384,
+                   help="the largest request line and headers (431 beyond)")
     p.add_argument("--allowed-hosts", nargs="+", default=[], metavar="NAME",
                    help="Host names answered besides localhost, 127.0.0.1 and [::1] "
                         "(\"*.example.com\": its subdomains; \"*\": any); by default a server "
@@ -144,15 +158,23 @@ def main(argv: Optional[list[str]] = None, checkpoints: Optional[Checkpoints] = 
                 raise ValueError(f"--port must be in 0..65535, got {args.port}")
             if not args.grace >= 0:
                 raise ValueError(f"--grace must be >= 0 seconds, got {args.grace}")
+            if args.limit_concurrency < 1:
+                raise ValueError(f"--limit-concurrency must be at least 1, got "
+                                 f"{args.limit_concurrency}")
+            if not args.timeout_keep_alive > 0:
+                raise ValueError(f"--timeout-keep-alive must be > 0 seconds, got "
+                                 f"{args.timeout_keep_alive}")
             try:
                 import uvicorn
 
                 from pygpt_runtime.serve.access import Access
                 from pygpt_runtime.serve.app import create_app
+                from pygpt_runtime.serve.connections import Guards, guarded_protocol
                 from pygpt_runtime.serve.served import Limits, open_export
             except ImportError as e:
                 raise ImportError(f"the server needs FastAPI, uvicorn and prometheus_client "
                                   f"({e}): pip install 'pygpt-runtime[serve]'") from None
+            guards = Guards(args.header_timeout, args.body_timeout, args.max_header_bytes)
             access = Access.from_flags(args.host, args.allowed_hosts, args.api_key)
             limits = Limits(args.queue_size, args.max_batch, args.max_tokens,
                             args.max_text_tokens, args.max_body_bytes)
@@ -171,7 +193,10 @@ def main(argv: Optional[list[str]] = None, checkpoints: Optional[Checkpoints] = 
         server = _server(served, uvicorn.Config(
             create_app(served, access), host=args.host, port=args.port,
             log_level=args.log_level, log_config=log_config(args.log_level),
-            access_log=False, timeout_graceful_shutdown=args.grace))
+            access_log=False, timeout_graceful_shutdown=args.grace,
+            http=guarded_protocol(guards), limit_concurrency=args.limit_concurrency,
+            timeout_keep_alive=args.timeout_keep_alive,
+            h11_max_incomplete_event_size=args.max_header_bytes))
         try:
             server.run()  # a port it cannot listen on: uvicorn's error line, exit status 1
         finally:

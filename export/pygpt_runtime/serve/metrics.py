@@ -2,7 +2,8 @@
 registry of the app's own, not the process's global one):
 
 - pygpt_requests_total{route, status}: requests answered, by route template ("/v1/completions";
-  "(none)" for a path no route matches, so clients cannot grow the label set) and status;
+  "(none)" for a path no route matches, so clients cannot grow the label set, and for a request
+  refused before routing: by the Host check or the API key) and status;
 - pygpt_queue_waiting: rows (a GPT's) or requests waiting in the worker's queue, and
   pygpt_rows_active: the rows being decoded (a GPT's worker only), read at each scrape;
 - pygpt_time_to_first_token_seconds: a completion's first token, from its request's arrival;

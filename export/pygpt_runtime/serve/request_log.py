@@ -21,7 +21,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 log = logging.getLogger("pygpt.serve")
 SANE_ID = re.compile(r"[\x21-\x7e]{1,128}")  # printable ASCII, no spaces
 MAX_PATH_LOGGED = 200
-RECORD = "pygpt.request"  # the scope key of a request's record (a dict: id, start, tokens)
+# The scope key of a request's record: a dict of its id, start, status, tokens, and "cut": set
+# when the connection answered for the app (connections.py: a body that came too slowly), whose
+# status then stands.
+RECORD = "pygpt.request"
 
 
 def new_request_id() -> str:
@@ -54,11 +57,12 @@ class RequestLog:
             return await self.app(scope, receive, send)
         rid = request_id(scope["headers"])
         scope[RECORD] = entry = {"id": rid, "start": time.monotonic(), "tokens": None,
-                                 "status": 500}
+                                 "status": 500, "cut": False}
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
-                entry["status"] = message["status"]
+                if not entry["cut"]:
+                    entry["status"] = message["status"]
                 message = {**message, "headers": [
                     *(h for h in message.get("headers", ()) if h[0].lower() != b"x-request-id"),
                     (b"x-request-id", rid.encode("ascii"))]}
