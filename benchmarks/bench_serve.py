@@ -1,4 +1,4 @@
-"""Load benchmark of pygpt-serve on loopback: for 1, 4 and 16 concurrent clients, each streaming
+"""Load benchmark of pygpt-serve on loopback: for 1, 4, 16 and 64 concurrent clients, each streaming
 completions one after another for --seconds, the aggregate tokens/s, the p50/p99 time to the
 first token and per request, the server's peak RSS and the errors (which must be 0).
 
@@ -8,12 +8,16 @@ first token and per request, the server's peak RSS and the errors (which must be
 The server runs in its own process (python -m pygpt_runtime.serve.command) on a free port, with
 --max-batch at least the most clients; the clients are threads with httpx. Client i sends the
 first len(prompt) - i % len(prompt) characters of --prompt, so that rows of different lengths
-decode together (as real traffic has them). Report the CPU with the numbers
-(benchmarks/machine.py prints it); --seconds 2 makes a smoke run."""
+decode together (as real traffic has them). On a machine of more than two cores the clients
+(this process) are pinned to the last core and the server to the others, so that the load
+generator does not take the server's cores; on two cores both share them (it says which).
+Report the CPU with the numbers (benchmarks/machine.py prints it); --seconds 2 makes a smoke
+run."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -72,7 +76,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="a GPT export folder")
-    p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 64])
     p.add_argument("--seconds", type=float, default=60.0, help="per concurrency level")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens a request")
     p.add_argument("--prompt", default="ROMEO:\nWhat say you, my lord?",
@@ -83,8 +87,16 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "pygpt_runtime.serve.command", "--model", args.model,
            "--port", str(port), "--log-level", "warning",
-           "--max-batch", str(max(args.clients)), "--queue-size", str(max(args.clients))]
+           "--max-batch", str(max(args.clients)), "--queue-size", str(max(args.clients)),
+           "--limit-concurrency", str(4 * max(args.clients) + 16)]
     server = subprocess.Popen(cmd + (["--threads", str(args.threads)] if args.threads else []))
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) > 2:
+        os.sched_setaffinity(server.pid, cores[:-1])
+        os.sched_setaffinity(0, cores[-1:])
+        print(f"server on cores {cores[:-1]}, clients on core {cores[-1]}")
+    else:
+        print(f"server and clients share cores {cores} (too few to pin apart)")
     try:
         for _ in range(600):
             try:
