@@ -26,6 +26,7 @@ from pygpt.config import ModelConfig, TrainConfig
 from pygpt.config.fields import applies, config_from_dict, tagged
 from pygpt.data.text import check_data_file
 from pygpt.families import FAMILIES, family
+from pygpt.mixed_precision import check_dtype, default_dtype
 from pygpt.config.presets import PRESETS, preset
 from pygpt.storage.run_files import CONFIG
 from pygpt.training import train
@@ -94,6 +95,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
         # The folder being resumed is where the run continues, wherever it was first written.
         train_flags.setdefault("out", str(out))
         train_cfg = _absolute_paths(dataclasses.replace(saved_train, **train_flags))
+        # A run saved before --dtype existed trained in float32.
+        train_cfg = _with_dtype(train_cfg, "float32")
         family(model_cfg.arch).check_settings(model_cfg, train_cfg, given)
         return model_cfg, train_cfg
     init_from = train_flags.get("init_from")
@@ -105,6 +108,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
     arch = model_flags.get("arch") or next(f.name for f in FAMILIES.values() if task in f.tasks)
     base = preset(args.preset or family(arch).preset_for(task))
     train_cfg = _absolute_paths(dataclasses.replace(base.train, **train_flags))
+    train_cfg = _with_dtype(train_cfg, default_dtype(train_cfg.device))
     if train_cfg.init_from is not None:
         return _fine_tune_model(train_cfg, model_flags, given, base.model.pooling), train_cfg
     if "vocab_size" in model_flags and train_cfg.tokenizer == "char":
@@ -123,6 +127,14 @@ def _absolute_paths(cfg: TrainConfig) -> TrainConfig:
     return dataclasses.replace(cfg, **{f.name: os.path.abspath(getattr(cfg, f.name))
                                        for f in tagged(TrainConfig, "file")
                                        if getattr(cfg, f.name) is not None})
+
+
+def _with_dtype(cfg: TrainConfig, default: str) -> TrainConfig:
+    """cfg with its number type settled (default when --dtype was not given), as config.json
+    records it; a ValueError if the device cannot compute in it."""
+    cfg = dataclasses.replace(cfg, dtype=cfg.dtype or default)
+    check_dtype(cfg.dtype, cfg.device)
+    return cfg
 
 
 def _check_data_files(model_cfg: ModelConfig, train_cfg: TrainConfig) -> None:
@@ -178,7 +190,7 @@ def describe_start(args: argparse.Namespace, model_cfg: ModelConfig,
     return (f"pygpt.train: {model_cfg.arch} {train_cfg.task} ({origin}): {model_cfg.n_layer} "
             f"layers, {model_cfg.n_head} heads, {model_cfg.n_embd} wide, context "
             f"{model_cfg.block_size}; {train_cfg.max_iters} steps of {batch_size(model_cfg, train_cfg)}{accumulated}; "
-            f"float32 on {train_cfg.device} ({threads} thread{'s' * (threads > 1)}); into "
+            f"{train_cfg.dtype} on {train_cfg.device} ({threads} thread{'s' * (threads > 1)}); into "
             f"{train_cfg.out}")
 
 

@@ -10,6 +10,8 @@ from pygpt.config.fields import check_field_types, opt
 
 # The kernel sets a model can run on (see pygpt.kernels): ours, and the plain-PyTorch reference.
 KERNEL_SETS = ("ext", "torch")
+# The number types a model computes in (pygpt.mixed_precision): float32, or autocast to a low one.
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass
@@ -80,6 +82,10 @@ class TrainConfig:
     kernels: Literal[KERNEL_SETS] = opt("ext", "our C++ kernels, or plain PyTorch ops")
     compile: bool = opt(False, "train through torch.compile (our ops compile unbroken)")
     device: str = opt("cpu", "torch device")
+    dtype: Optional[Literal[DTYPES]] = opt(
+        None, "number type of the matrix products: bfloat16 or float16 run under autocast, with "
+              "loss scaling for float16 (weights, optimizer state and checkpoints stay float32); "
+              "default bfloat16 on a CUDA device that supports it, else float32")
 
     def __post_init__(self) -> None:
         check_field_types(self)

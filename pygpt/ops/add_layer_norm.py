@@ -18,6 +18,7 @@ from pygpt import _C  # noqa: F401  (loading the library registers torch.ops.pyg
 from pygpt.ops.fake_support import check_same_device, stats_dtype
 from pygpt.ops.layer_norm import layer_norm_onnx
 from pygpt.ops.onnx_opset import onnx_ops
+from pygpt.ops.precision import Policy, call
 
 
 def add_layer_norm(x: torch.Tensor, residual: torch.Tensor,
@@ -26,8 +27,9 @@ def add_layer_norm(x: torch.Tensor, residual: torch.Tensor,
     """(s, F.layer_norm(s, s.shape[-1:], weight, bias, eps)) with s = x + residual (same shape).
     Both outputs are differentiable: the gradient of x and of residual is the sum's, which
     gathers the layer norm's backward and the gradient from the sum's other uses."""
-    s, y, _, _ = torch.ops.pygpt.add_layer_norm(x, residual, weight, bias, eps)
-    return s, y
+    (s, y, _, _), dtype = call(Policy.FLOAT32, torch.ops.pygpt.add_layer_norm, x, residual, weight,
+                               bias, eps)
+    return s.to(dtype), y.to(dtype)
 
 
 @torch.library.register_fake("pygpt::add_layer_norm")

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from pygpt import _C  # noqa: F401  (loading the library registers torch.ops.pygpt)
 from pygpt.ops.fake_support import check_same_device, stats_dtype
 from pygpt.ops.onnx_opset import onnx_ops
+from pygpt.ops.precision import Policy, call
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
@@ -40,9 +41,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     NaN or inf in the inputs propagates, as in softmax: a query that sees a non-finite score
     outputs NaN; only a query that sees no key at all outputs zeros.
     """
-    out, _ = torch.ops.pygpt.attention(q, k, v, causal, scale, q_lengths, kv_lengths, rel_bias,
-                                       alibi_slopes)
-    return out
+    (out, _), dtype = call(Policy.LOW, torch.ops.pygpt.attention, q, k, v, causal, scale,
+                           q_lengths, kv_lengths, rel_bias, alibi_slopes)
+    return out.to(dtype)
 
 
 # --- fake implementations --------------------------------------------------------------------

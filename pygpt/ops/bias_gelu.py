@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from pygpt import _C  # noqa: F401  (loading the library registers torch.ops.pygpt)
 from pygpt.ops.fake_support import check_same_device
 from pygpt.ops.onnx_opset import onnx_ops
+from pygpt.ops.precision import Policy, call
 
 APPROXIMATIONS = ("none", "tanh")  # F.gelu's names: the exact GELU and its tanh approximation
 
@@ -28,7 +29,8 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor, approximate: str = "none") ->
     """gelu(x + bias) over x's last dimension (bias (C,) for x (..., C)), as
     `F.gelu(x + bias, approximate=approximate)`: "none", the exact erf GELU, or "tanh", its tanh
     approximation. Differentiable in x and bias."""
-    return torch.ops.pygpt.bias_gelu(x, bias, approximate)
+    y, dtype = call(Policy.LOW, torch.ops.pygpt.bias_gelu, x, bias, approximate)
+    return y.to(dtype)
 
 
 def _check_approximate(op: str, approximate: str) -> None:

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from pygpt import _C  # noqa: F401  (loading the library registers torch.ops.pygpt)
 from pygpt.ops.fake_support import check_same_device, stats_dtype
+from pygpt.ops.precision import Policy, call
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
@@ -17,8 +18,9 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int
     `F.cross_entropy`; targets equal to `ignore_index` count for nothing. `label_smoothing` s in
     [0, 1] mixes the uniform distribution into the target, as in `F.cross_entropy`: a row's loss
     is (1 - s) * (lse - x[target]) + s * (lse - mean(x))."""
-    loss, _ = torch.ops.pygpt.cross_entropy(logits, targets, ignore_index, label_smoothing)
-    return loss
+    (loss, _), dtype = call(Policy.FLOAT32, torch.ops.pygpt.cross_entropy, logits, targets,
+                            ignore_index, label_smoothing)
+    return loss.to(dtype)
 
 
 def _check_label_smoothing(op: str, label_smoothing: float) -> None:

@@ -11,13 +11,14 @@ import torch.nn.functional as F
 from pygpt import _C  # noqa: F401  (loading the library registers torch.ops.pygpt)
 from pygpt.ops.fake_support import check_same_device, stats_dtype
 from pygpt.ops.onnx_opset import onnx_ops
+from pygpt.ops.precision import Policy, call
 
 
 def layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor] = None,
                bias: Optional[torch.Tensor] = None, eps: float = 1e-5) -> torch.Tensor:
     """Layer normalisation over the last dimension, as `F.layer_norm(x, x.shape[-1:], ...)`."""
-    y, _, _ = torch.ops.pygpt.layer_norm(x, weight, bias, eps)
-    return y
+    (y, _, _), dtype = call(Policy.FLOAT32, torch.ops.pygpt.layer_norm, x, weight, bias, eps)
+    return y.to(dtype)
 
 
 @torch.library.register_fake("pygpt::layer_norm")

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pygpt import _C  # noqa: F401  (loading the library registers torch.ops.pygpt)
+from pygpt.ops.precision import Policy, call
 
 __all__ = ["linear_cross_entropy", "CHUNK_BYTES", "chunk_rows"]
 
@@ -105,11 +106,11 @@ def linear_cross_entropy(x: Tensor, weight: Tensor, targets: Tensor,
     gradients are computed during the forward, for the inputs that require them."""
     want = torch.is_grad_enabled()
     rows = chunk_rows if chunk_rows is not None else pick_rows(x, weight)
-    loss, _, _, _ = torch.ops.pygpt.linear_cross_entropy(
-        x, weight, targets, bias, ignore_index, label_smoothing, rows,
-        want and x.requires_grad, want and weight.requires_grad,
+    (loss, _, _, _), dtype = call(
+        Policy.LOW, torch.ops.pygpt.linear_cross_entropy, x, weight, targets, bias, ignore_index,
+        label_smoothing, rows, want and x.requires_grad, want and weight.requires_grad,
         want and bias is not None and bias.requires_grad)
-    return loss
+    return loss.to(dtype)
 
 
 def pick_rows(x: Tensor, weight: Tensor) -> int:

@@ -8,6 +8,7 @@ import torch
 from pygpt import _C  # noqa: F401  (loading the library registers torch.ops.pygpt)
 from pygpt.ops.fake_support import check_same_device
 from pygpt.ops.onnx_opset import onnx_ops
+from pygpt.ops.precision import Policy, call
 
 
 def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -22,7 +23,8 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     of a (B, T, H * D) projection (contiguous channels; anything else is copied first); the
     result is contiguous. Differentiable in x (the backward is the inverse rotation); the tables
     are fixed and get no gradient."""
-    return torch.ops.pygpt.rotary(x, cos, sin, positions, False)
+    y, dtype = call(Policy.FLOAT32, torch.ops.pygpt.rotary, x, cos, sin, positions, False)
+    return y.to(dtype)
 
 
 @torch.library.register_fake("pygpt::rotary")

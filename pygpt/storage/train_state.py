@@ -1,9 +1,10 @@
 """The training state a run saves for --resume (train_state.pt: optimizer, step, token count,
-RNG states), checked before anything of it is used: a file from elsewhere must hold the types
+RNG states, float16's loss scale), checked before anything of it is used: a file from elsewhere must hold the types
 resuming reads, and an optimizer state must fit the model's parameters, or it is a one-line
 error naming the file (pygpt.storage.checkpoint.load_train_state reads it)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,12 @@ def check_train_state(state: Any, file: Path) -> None:
     missing = [key for key in ("step", "optimizer", "data_rng", "torch_rng") if key not in state]
     if missing:
         raise fail(f"missing {', '.join(missing)}")
-    for key in ("step", "tokens"):
+    for key in ("step", "tokens", "grad_scale_growth"):
         if key in state and (type(state[key]) is not int or state[key] < 0):
             raise fail(f"{key} must be a count, got {state[key]!r}")
+    scale = state.get("grad_scale", 1.0)  # float16's loss scale
+    if type(scale) is not float or not (0 < scale < math.inf):
+        raise fail(f"grad_scale must be a positive number, got {scale!r}")
     for key in ("data_rng", "torch_rng"):
         try:
             torch.Generator().set_state(state[key])

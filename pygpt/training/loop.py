@@ -22,6 +22,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from pygpt.config import ModelConfig, TrainConfig
+from pygpt.mixed_precision import autocast
 from pygpt.plot import plot_runs
 from pygpt.storage import checkpoint
 from pygpt.storage.run_files import LOSS_PLOT, METRICS
@@ -41,7 +42,14 @@ def evaluate(model: torch.nn.Module, task: Task, cfg: TrainConfig,
     time: eval_iters drawn with their own generator (so evaluating never changes the training
     data order), or the fixed pass a task may give instead (see Task.eval_batches). With
     model_metrics, the task's figures that run the model are added (a translator's validation
-    BLEU, and val_samples, which are not numbers); model is the bare model, not a DDP wrapper."""
+    BLEU, and val_samples, which are not numbers); model is the bare model, not a DDP wrapper.
+    The model computes in the run's number type (cfg.dtype)."""
+    with autocast(cfg.device, cfg.dtype):
+        return _evaluate(model, task, cfg, batch_size, model_metrics)
+
+
+def _evaluate(model: torch.nn.Module, task: Task, cfg: TrainConfig, batch_size: Optional[int],
+              model_metrics: bool) -> dict[str, Any]:
     model.eval()
     result = {}
     for i, split in enumerate(("train", "val")):
@@ -109,7 +117,8 @@ def _steps(run: Run, bar: Progress, stop: StopRequest, progress: bool) -> dict[s
         try:
             loss = train_step(run.model, run.optimizer, batches, lr, cfg.grad_clip,
                               forward=run.forward, inputs=task.inputs,
-                              no_sync=lambda skip: ranks.no_sync(run.forward, skip))
+                              no_sync=lambda skip: ranks.no_sync(run.forward, skip),
+                              autocast=run.autocast, scaler=run.scaler)
         except Diverged as e:
             raise _diverged(run, run.step + 1, e, bar) from None
         run.step += 1
@@ -177,6 +186,9 @@ def _save(run: Run, record: dict[str, Any]) -> None:
             raise Diverged(f"the evaluation's {name} is {record[name]}")
     state = {"optimizer": run.optimizer.state_dict(), "data_rng": run.data_gen.get_state(),
              "torch_rng": torch.get_rng_state(), "tokens": run.tokens_seen}
+    if run.scaler is not None:  # float16's loss scale, where it has got to
+        scaler = run.scaler.state_dict()
+        state.update(grad_scale=scaler["scale"], grad_scale_growth=scaler["_growth_tracker"])
     checkpoint.save(run.out, run.model, run.tokenizer, run.cfg, state, step=run.step,
                     labels=run.labels, remove=run.replacing if run.saved is None else ())
     run.saved = run.step

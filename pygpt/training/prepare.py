@@ -9,12 +9,13 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional, Sequence
 
 import torch
 
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.families import Family, family
+from pygpt.mixed_precision import autocast, grad_scaler, use_tf32
 from pygpt.storage import checkpoint
 from pygpt.storage.compat import stack_fused_states
 from pygpt.tasks import Task
@@ -40,6 +41,8 @@ class Run:
     optimizer: torch.optim.Optimizer
     forward: Callable[..., Any]  # what the steps call: the model, or its wrappers
     data_gen: torch.Generator  # the training data's order
+    autocast: Callable[[], ContextManager]  # the context the model computes in (--dtype)
+    scaler: Optional[torch.amp.GradScaler]  # float16's loss scaler
     step: int = 0
     tokens_seen: int = 0
     saved: Optional[int] = None  # the step of the checkpoint in out (None: not this run's yet)
@@ -78,6 +81,7 @@ def prepare(model_cfg: ModelConfig, cfg: TrainConfig, resume: bool, replacing: S
     """The run of cfg (continued from cfg.out with resume), saying what it is as it goes
     (say: a line of the report, or nothing for a quiet run or another rank)."""
     torch.set_num_threads(cfg.threads if cfg.threads is not None else default_threads())
+    use_tf32(cfg.device, cfg.dtype)
     ranks = Distributed(cfg.device)
     say = say if ranks.is_main else lambda line: None
     fam = family(model_cfg.arch)
@@ -104,6 +108,7 @@ def prepare(model_cfg: ModelConfig, cfg: TrainConfig, resume: bool, replacing: S
         f"{tokenizer.vocab_size:,} {tokenizer.kind} tokens")
     run = Run(cfg, model_cfg, Path(cfg.out), ranks, tokenizer, task, labels, model,
               make_optimizer(model, cfg), model, torch.Generator().manual_seed(cfg.seed),
+              lambda: autocast(cfg.device, cfg.dtype), grad_scaler(cfg.device, cfg.dtype),
               replacing=replacing)
     if cfg.init_from is not None and not resume:
         loaded, _ = checkpoint.load(cfg.init_from, kernels=cfg.kernels, device=cfg.device)
@@ -135,6 +140,9 @@ def _restore(run: Run) -> None:
     run.tokens_seen = state.get("tokens", run.step * cfg.batch_size * cfg.grad_accum
                                 * run.ranks.world * run.model_cfg.block_size)
     run.data_gen.set_state(state["data_rng"])
+    if run.scaler is not None and "grad_scale" in state:  # float16's; a scale of 2^16 else
+        run.scaler.load_state_dict({**run.scaler.state_dict(), "scale": state["grad_scale"],
+                                    "_growth_tracker": state["grad_scale_growth"]})
     torch.set_rng_state(state["torch_rng"])
     if run.ranks.is_main:
         truncate_metrics(run.out, run.step)
