@@ -17,6 +17,9 @@ class Bad(NamedTuple):
     args: tuple  # the op's tensor arguments, one or more of them bad
     arg: str  # the argument the error must name (a prefix when it ends with '*')
     what: str  # regex for what was expected (helpers.WHAT_*)
+    # A type only the raw op refuses: the public function computes it in float32 and returns
+    # the input's type (pygpt.ops.precision).
+    raw_only: bool = False
 
 
 @dataclass(frozen=True)

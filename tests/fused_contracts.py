@@ -17,7 +17,7 @@ def _bias_gelu_good():
 def _bias_gelu_bad():
     x, b = _bias_gelu_good()
     return {
-        "x_float16": Bad((x.half(), b.half()), "x", WHAT_DTYPE),
+        "x_float16": Bad((x.half(), b.half()), "x", WHAT_DTYPE, raw_only=True),
         "x_int": Bad((x.long(), b.long()), "x", WHAT_DTYPE),
         "bias_float64": Bad((x, b.double()), "bias", WHAT_DTYPE),
         "bias_len": Bad((x, rand(7)), "bias", WHAT_SIZE),
@@ -40,7 +40,8 @@ def _add_layer_norm_good():
 def _add_layer_norm_bad():
     x, r, w, b = _add_layer_norm_good()
     return {
-        "x_float16": Bad((x.half(), r.half(), w.half(), b.half()), "x", WHAT_DTYPE),
+        "x_float16": Bad((x.half(), r.half(), w.half(), b.half()), "x", WHAT_DTYPE,
+                         raw_only=True),
         "x_int": Bad((x.long(), r.long(), None, None), "x", WHAT_DTYPE),
         "residual_float64": Bad((x, r.double(), w, b), "residual", WHAT_DTYPE),
         "residual_shape": Bad((x, rand(4, 5), w, b), "residual", WHAT_SIZE),

@@ -15,8 +15,8 @@ Under torch.autocast each op follows a policy, as ATen's own ops do:
   the matmuls between run in the low type.
 
 The raw op then runs with autocast off, so a composite op's own matmuls (linear_cross_entropy's)
-see the types chosen here. Outside autocast, inputs of different floating types are passed on
-as they are, so the kernels' own check names the mismatch.
+see the types chosen here. Outside autocast, inputs of different floating types (or a first
+input that is not floating) are passed on as they are, so the kernels' own checks name them.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class Policy(enum.Enum):
 
 def compute_dtype(dtype: torch.dtype, device: torch.device, policy: Policy) -> torch.dtype:
     """The type an op of `policy` computes in on `device`, given inputs of `dtype`."""
-    if dtype != torch.float64 and torch.is_autocast_enabled(device.type):
+    if dtype != torch.float64 and _autocasting(device):
         dtype = (torch.get_autocast_dtype(device.type) if policy is Policy.LOW
                  else torch.float32)
     return dtype if dtype in KERNEL_DTYPES.get(device.type, (torch.float32,)) else torch.float32
@@ -52,15 +52,20 @@ def call(policy: Policy, raw_op: Callable[..., Any], *args: Any) -> tuple[Any, t
     """raw_op(*args) with its floating tensors in the type the op computes in and autocast off;
     returns its outputs and the type the public function returns them in (the type computed in
     under autocast, else the inputs' own)."""
-    floating = [a for a in args if isinstance(a, Tensor) and a.is_floating_point()]
-    first = floating[0]
-    dtypes = {t.dtype for t in floating}
-    autocast = torch.is_autocast_enabled(first.device.type)
-    if len(dtypes) > 1 and not autocast:
+    first = next(a for a in args if isinstance(a, Tensor))
+    dtypes = {a.dtype for a in args if isinstance(a, Tensor) and a.is_floating_point()}
+    autocast = _autocasting(first.device)
+    if not first.is_floating_point() or (len(dtypes) > 1 and not autocast):
         return _autocast_off(first, raw_op, *args), first.dtype
     dtype = compute_dtype(first.dtype, first.device, policy)
     args = tuple(_cast(a, dtype) for a in args)
     return _autocast_off(first, raw_op, *args), dtype if autocast else first.dtype
+
+
+def _autocasting(device: torch.device) -> bool:
+    """Whether autocast is on for the device's type (the kernels' devices only: others, such as
+    meta, have no autocast to ask)."""
+    return device.type in KERNEL_DTYPES and torch.is_autocast_enabled(device.type)
 
 
 def _cast(a: Any, dtype: torch.dtype) -> Any:
@@ -70,7 +75,7 @@ def _cast(a: Any, dtype: torch.dtype) -> Any:
 
 
 def _autocast_off(like: Tensor, raw_op: Callable[..., Any], *args: Any) -> Any:
-    if not torch.is_autocast_enabled(like.device.type):
+    if not _autocasting(like.device):
         return raw_op(*args)
     with torch.autocast(like.device.type, enabled=False):
         return raw_op(*args)

@@ -15,7 +15,7 @@ import torch
 
 from pygpt.config import ModelConfig, TrainConfig
 from pygpt.families import Family, family
-from pygpt.mixed_precision import autocast, grad_scaler, use_tf32
+from pygpt.mixed_precision import autocast, default_dtype, grad_scaler, use_tf32
 from pygpt.storage import checkpoint
 from pygpt.storage.compat import stack_fused_states
 from pygpt.tasks import Task
@@ -81,6 +81,7 @@ def prepare(model_cfg: ModelConfig, cfg: TrainConfig, resume: bool, replacing: S
     """The run of cfg (continued from cfg.out with resume), saying what it is as it goes
     (say: a line of the report, or nothing for a quiet run or another rank)."""
     torch.set_num_threads(cfg.threads if cfg.threads is not None else default_threads())
+    cfg = dataclasses.replace(cfg, dtype=cfg.dtype or default_dtype(cfg.device))  # as saved
     use_tf32(cfg.device, cfg.dtype)
     ranks = Distributed(cfg.device)
     say = say if ranks.is_main else lambda line: None
