@@ -16,6 +16,7 @@ from pygpt.decoding.finite import require_finite
 from pygpt.models import BERT
 from pygpt.tokenizer import require_specials
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
+from pygpt.mixed_precision import add_dtype_flag, autocast
 
 
 def classifier_labels(ckpt: str, model: torch.nn.Module, tokenizer) -> list[str]:
@@ -87,8 +88,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
     p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
                    help="our C++ kernels, or plain PyTorch ops")
+    add_dtype_flag(p)
     args = p.parse_args(argv)
-    with exits_cleanly():  # Ctrl-C while scoring, or `| head`: no traceback
+    with exits_cleanly(), autocast("cpu", args.dtype):  # Ctrl-C or `| head`: no traceback
         try:
             if (args.data is None) == (args.text is None):
                 raise ValueError("give either --data (a labelled file) or --text")

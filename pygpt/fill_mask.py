@@ -13,6 +13,7 @@ from pygpt.decoding.finite import require_finite
 from pygpt.models import BERT
 from pygpt.tokenizer import Tokenizer, require_specials
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
+from pygpt.mixed_precision import add_dtype_flag, autocast
 
 MASK = "[MASK]"
 
@@ -52,6 +53,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--top-k", type=int, default=5, help="fills to show per mask")
     p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
                    help="our C++ kernels, or plain PyTorch ops")
+    add_dtype_flag(p)
     args = p.parse_args(argv)
     try:
         if args.top_k < 1:
@@ -61,7 +63,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         if not isinstance(model, BERT):
             raise ValueError(f"{args.ckpt} holds a {model.config.arch} model; fill-mask needs a "
                              "bert checkpoint")
-        fills = fill_mask(model, tokenizer, args.text, args.top_k)
+        with autocast("cpu", args.dtype):
+            fills = fill_mask(model, tokenizer, args.text, args.top_k)
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"error: {e}") from None
     with exits_cleanly():

@@ -22,6 +22,7 @@ from pygpt.decoding.sampling import Generates, Sampling
 from pygpt_runtime.cli_checks import (HelpFormatter, add_sampling_flags, exits_cleanly,
                                       utf8_text)
 from pygpt_runtime.text import decode_stream
+from pygpt.mixed_precision import add_dtype_flag, autocast
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="our C++ kernels (ext) or plain PyTorch ops (torch)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch intra-op threads (default: torch's choice)")
+    add_dtype_flag(p)
     return p
 
 
@@ -60,7 +62,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"error: {e}") from None
     options = dict(sampling=sampling, use_cache=not args.no_cache)
-    with exits_cleanly():
+    with exits_cleanly(), autocast("cpu", args.dtype):
         try:
             write_text(args, model, tokenizer, prompts, ids, options)
         except ValueError as e:  # outputs that are not finite numbers: after the text so far

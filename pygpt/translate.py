@@ -26,6 +26,7 @@ from pygpt.tokenizer import require_specials
 from pygpt.decoding.beam_search import Search
 from pygpt_runtime.onnx_search import LENGTH_PENALTY_HELP
 from pygpt_runtime.cli_checks import utf8_text
+from pygpt.mixed_precision import add_dtype_flag, autocast
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
                    help="our C++ kernels (default), or plain PyTorch ops")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    add_dtype_flag(p)
     return p
 
 
@@ -82,7 +84,9 @@ def main(argv: Optional[list[str]] = None) -> None:
             raise ValueError(f"{args.ckpt} holds a {model.config.arch} model, which does not "
                              "translate (that needs an arch seq2seq checkpoint)")
         require_specials(tokenizer.special_tokens, SPECIALS, "translation")
-        translations, cut = translate_texts(model, tokenizer, sources, search, args.batch_size)
+        with autocast("cpu", args.dtype):
+            translations, cut = translate_texts(model, tokenizer, sources, search,
+                                                args.batch_size)
         scores = score(translations, refs) if refs is not None else None
         text = "".join(t + "\n" for t in translations)
         if args.out is not None:

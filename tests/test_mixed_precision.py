@@ -224,3 +224,68 @@ def test_float16_overflow_skips_the_step_and_lowers_the_scale():
         train_step(model, optimizer, [{"x": torch.ones(2, 4), "big": torch.tensor(math.inf)}],
                    lr=0.1, grad_clip=1.0, forward=forward, inputs=lambda b: b, scaler=scaler)
 
+
+
+# --- the commands ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(tmp_path_factory):
+    from serve_helpers import tiny_gpt
+
+    return tiny_gpt(tmp_path_factory.mktemp("dtype"))
+
+
+def _log_softmax(ckpt, text, dtype):
+    """The checkpoint's next-token log-probabilities after each prefix of text, in dtype."""
+    from pygpt.mixed_precision import autocast
+
+    model, tokenizer = pygpt.load(ckpt)
+    with torch.inference_mode(), autocast("cpu", dtype):
+        logits = model(torch.tensor([tokenizer.encode(text)])).logits[0]
+    return logits.double().log_softmax(-1), tokenizer.encode(text)
+
+
+def test_serve_ckpt_computes_in_its_dtype(tiny_ckpt, tmp_path):
+    """serve --ckpt --dtype bfloat16: a completion's prompt scores are the model's under
+    bfloat16 autocast (the decode worker's thread computes in it), not its float32 ones."""
+    from serve_helpers import Server
+
+    server = Server(tiny_ckpt, tmp_path, "--dtype", "bfloat16", source="--ckpt")
+    try:
+        prompt = "First Citizen: w"
+        answer = server.client.post("/v1/completions", json={
+            "prompt": prompt, "max_tokens": 1, "echo": True, "logprobs": 1, "temperature": 0})
+        assert answer.status_code == 200, answer.text
+        got = answer.json()["choices"][0]["logprobs"]["token_logprobs"][1:len(prompt)]
+    finally:
+        assert "Traceback" not in server.stop()[1]
+    low, ids = _log_softmax(tiny_ckpt, prompt, "bfloat16")
+    wide, _ = _log_softmax(tiny_ckpt, prompt, "float32")
+    want_low = [low[t - 1, ids[t]].item() for t in range(1, len(ids))]
+    want_wide = [wide[t - 1, ids[t]].item() for t in range(1, len(ids))]
+    assert got == pytest.approx(want_low, abs=1e-4)
+    assert max(abs(a - b) for a, b in zip(got, want_wide)) > 1e-3
+
+
+def test_serve_dtype_is_for_a_checkpoint():
+    from pygpt.serve import command
+    from serve_helpers import FIXTURE_EXPORT
+
+    with pytest.raises(SystemExit, match="--dtype is for a checkpoint"):
+        command.main(["--model", str(FIXTURE_EXPORT), "--dtype", "bfloat16"])
+
+
+def test_generate_computes_in_its_dtype(tiny_ckpt, capsys):
+    """pygpt.generate --dtype bfloat16 --greedy prints the model's greedy text under bfloat16
+    autocast."""
+    import pygpt.generate
+    from pygpt.mixed_precision import autocast
+
+    pygpt.generate.main(["--ckpt", str(tiny_ckpt), "--prompt", "First", "--greedy",
+                         "--max-new-tokens", "30", "--dtype", "bfloat16"])
+    printed = capsys.readouterr().out
+    model, tokenizer = pygpt.load(tiny_ckpt)
+    with torch.inference_mode(), autocast("cpu", "bfloat16"):
+        ids = model.generate(torch.tensor([tokenizer.encode("First")]), 30,
+                             sampling=pygpt.decoding.sampling.Sampling(greedy=True))
+    assert printed.rstrip("\n") == tokenizer.decode(ids[0].tolist())

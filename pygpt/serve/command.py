@@ -10,18 +10,19 @@ from typing import Any, Optional
 from pygpt_runtime.serve import command as serve_command
 
 
-def _open_checkpoint(ckpt: str, limits: Any, threads: Optional[int]) -> Any:
+def _open_checkpoint(ckpt: str, limits: Any, threads: Optional[int], dtype: str) -> Any:
     try:
         from pygpt.serve.checkpoint import open_checkpoint
     except ImportError as e:
         raise ImportError(f"--ckpt needs PyTorch and pygpt's kernels ({e}); serve an export "
                           "with --model where they are missing") from None
-    return open_checkpoint(ckpt, limits, threads)
+    return open_checkpoint(ckpt, limits, threads, dtype)
 
 
-CHECKPOINTS = ("a checkpoint folder of any family (config.json, model.safetensors), served with "
-               "PyTorch, with attention maps (POST /v1/attention and in the playground)",
-               _open_checkpoint)
+CHECKPOINTS = serve_command.Checkpoints(
+    "a checkpoint folder of any family (config.json, model.safetensors), served with PyTorch, "
+    "with attention maps (POST /v1/attention and in the playground)",
+    ("float32", "bfloat16", "float16"), _open_checkpoint)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

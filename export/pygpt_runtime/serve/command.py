@@ -34,7 +34,7 @@ import copy
 import os
 import signal
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from pygpt_runtime.cli_checks import HelpFormatter, check_threads
 
@@ -51,9 +51,13 @@ def _stop(signum: int, _frame) -> None:
     raise Stopped(signum)
 
 
-# What serves a checkpoint (pygpt.serve, with torch): the --ckpt flag's help, and a function of
-# the checkpoint's folder, the limits and --threads opening it (served.Served).
-Checkpoints = tuple[str, Callable[[str, Any, Optional[int]], Any]]
+class Checkpoints(NamedTuple):
+    """What serves a checkpoint (pygpt.serve, with torch)."""
+
+    help: str  # the --ckpt flag's
+    dtypes: tuple[str, ...]  # the number types it computes in (--dtype), the default first
+    # (folder, limits, --threads, --dtype) -> the served.Served of the checkpoint
+    open: Callable[[str, Any, Optional[int], str], Any]
 
 
 def _server(served: Any, config: Any) -> Any:
@@ -92,7 +96,10 @@ def parser(checkpoints: Optional[Checkpoints] = None) -> argparse.ArgumentParser
     source.add_argument("--model", help="the export folder (runner.json, *.onnx); its name is "
                                         "the model's name in requests")
     if checkpoints is not None:
-        source.add_argument("--ckpt", help=checkpoints[0])
+        source.add_argument("--ckpt", help=checkpoints.help)
+        p.add_argument("--dtype", choices=checkpoints.dtypes, default=None,
+                       help="--ckpt: number type of the matrix products, bfloat16 or float16 "
+                            f"under autocast (default {checkpoints.dtypes[0]})")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8000, help="port to listen on")
     p.add_argument("--int8", action="store_true", help="serve the int8-quantized model")
@@ -182,8 +189,12 @@ def main(argv: Optional[list[str]] = None, checkpoints: Optional[Checkpoints] = 
                 if args.int8:
                     raise ValueError("--int8 is for an export (--model); a checkpoint is served "
                                      "as it was saved")
-                served = checkpoints[1](args.ckpt, limits, args.threads)
+                served = checkpoints.open(args.ckpt, limits, args.threads,
+                                          args.dtype or checkpoints.dtypes[0])
             else:
+                if getattr(args, "dtype", None) is not None:
+                    raise ValueError("--dtype is for a checkpoint (--ckpt); an export computes "
+                                     "as it was exported (float32, or --int8)")
                 served = open_export(args.model, limits, "int8" if args.int8 else "fp32",
                                      args.threads)
         except (ValueError, OSError, ImportError) as e:
