@@ -41,8 +41,10 @@ def check_dtype(dtype: str, device: str) -> None:
                          "in bfloat16; use --dtype float16 (with loss scaling) or float32")
 
 
-def autocast(device: str, dtype: str) -> ContextManager:
-    """The context a model computes in: autocast to dtype, or nothing for float32."""
+def autocast(device: str, dtype: Optional[str]) -> ContextManager:
+    """The context a model computes in: autocast to dtype, or nothing for float32 (None: the
+    device's default type, as a run settles it)."""
+    dtype = dtype or default_dtype(device)
     if dtype == "float32":
         return contextlib.nullcontext()
     return torch.autocast(torch.device(device).type, dtype=getattr(torch, dtype))

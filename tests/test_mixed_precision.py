@@ -10,10 +10,10 @@ import torch
 
 import pygpt
 import pygpt.ops as ops
+from test_op_contract import CONTRACTS
 from helpers import TINY_FLAGS, TINY_MODEL, metrics, state_dicts_equal, tiny_train_cfg, train_cli
 from pygpt.models import GPT
 from pygpt.ops.precision import Policy, compute_dtype
-from pygpt.ops.registry import OPS
 from pygpt.storage.run_files import CONFIG, TRAIN_STATE
 from pygpt.training import train
 from pygpt.training.step import Diverged, train_step
@@ -21,54 +21,61 @@ from pygpt.training.step import Diverged, train_step
 LOW = (torch.bfloat16, torch.float16)
 
 
-def _inputs(dtype):
-    """One call's arguments per op, in dtype (targets and positions stay int64)."""
-    g = torch.Generator().manual_seed(0)
+FIXED_TABLES = ("cos", "sin")  # rotary's: they get no gradient
 
-    def r(*shape):
-        return torch.randn(*shape, generator=g).to(dtype).requires_grad_()
 
-    half = 4
-    angles = torch.arange(12.0)[:, None] * torch.rand(half, generator=g)
-    return {
-        "attention": ((r(2, 3, 17, 16), r(2, 3, 17, 16), r(2, 3, 17, 16)), {"causal": True}),
-        "layer_norm": ((r(5, 7, 24), r(24), r(24)), {}),
-        "add_layer_norm": ((r(5, 24), r(5, 24), r(24), r(24)), {}),
-        "cross_entropy": ((r(9, 11), torch.randint(0, 11, (9,), generator=g)), {}),
-        "linear_cross_entropy": ((r(9, 16), r(30, 16), torch.randint(0, 30, (9,), generator=g)),
-                                 {}),
-        "bias_gelu": ((r(6, 20), r(20)), {}),
-        "rotary": ((r(2, 3, 12, 10), angles.cos().to(dtype), angles.sin().to(dtype),
-                    torch.arange(12)), {}),
-    }
+def _low(contract, dtype):
+    """The contract's good arguments in dtype (indices stay int64), differentiable but for
+    rotary's tables."""
+    torch.manual_seed(0)
+    return tuple(t.to(dtype).requires_grad_(name not in FIXED_TABLES)
+                 if t is not None and t.is_floating_point() else t
+                 for name, t in zip(contract.arg_names, contract.good()))
 
 
 def _float32(args):
-    return tuple(a.detach().float().requires_grad_(a.requires_grad) if a.is_floating_point() else a
-                 for a in args)
+    return tuple(a.detach().float().requires_grad_(a.requires_grad)
+                 if a is not None and a.is_floating_point() else a for a in args)
 
 
 def _outputs(result):
     return result if isinstance(result, tuple) else (result,)
 
 
+def _lce_call(*args):
+    return ops.linear_cross_entropy(*args)
+
+
+def _lce_args(dtype):
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(9, 16, generator=g).to(dtype).requires_grad_(),
+            torch.randn(30, 16, generator=g).to(dtype).requires_grad_(),
+            torch.randint(0, 30, (9,), generator=g))
+
+
+# Every op's call: the op contracts' (tests/test_op_contract.py) and the fused LM head's.
+CALLS = {key: (lambda *a, c=c: c.call("public", *a), lambda dtype, c=c: _low(c, dtype))
+         for key, c in CONTRACTS.items()}
+CALLS[ops.linear_cross_entropy.__name__] = (_lce_call, _lce_args)
+
+
 @pytest.mark.parametrize("dtype", LOW, ids=str)
-@pytest.mark.parametrize("name", [op.name for op in OPS])
+@pytest.mark.parametrize("name", list(CALLS))
 def test_low_precision_inputs_compute_in_float32(name, dtype):
     """bfloat16 and float16 inputs on the CPU: the result and gradients in the input's type,
     equal to the float32 op on the same values rounded once to that type."""
-    args, kwargs = _inputs(dtype)[name]
-    op = getattr(ops, name)
-    outs = _outputs(op(*args, **kwargs))
+    call, make = CALLS[name]
+    args = make(dtype)
+    outs = _outputs(call(*args))
     wide = _float32(args)
-    refs = _outputs(op(*wide, **kwargs))
+    refs = _outputs(call(*wide))
     for out, ref in zip(outs, refs):
         assert out.dtype == dtype
         torch.testing.assert_close(out, ref.to(dtype), rtol=0, atol=0)
     sum(o.float().sum() for o in outs).backward()
     sum(r.sum() for r in refs).backward()
     for a, w in zip(args, wide):
-        if a.requires_grad:
+        if a is not None and a.requires_grad:
             assert a.grad.dtype == dtype
             torch.testing.assert_close(a.grad, w.grad.to(dtype), rtol=0, atol=0)
 
@@ -78,10 +85,11 @@ def test_autocast_policy_on_the_cpu(dtype):
     """Under CPU autocast each op computes in float32 (the CPU kernels' type): low-policy ops
     for want of a low kernel, float32-policy ops by policy; the result is float32 and equal to
     the op on the inputs in float32."""
-    for name, (args, kwargs) in _inputs(dtype).items():
+    for name, (call, make) in CALLS.items():
+        args = make(dtype)
         with torch.autocast("cpu", dtype=dtype):
-            outs = _outputs(getattr(ops, name)(*args, **kwargs))
-        refs = _outputs(getattr(ops, name)(*_float32(args), **kwargs))
+            outs = _outputs(call(*args))
+        refs = _outputs(call(*_float32(args)))
         for out, ref in zip(outs, refs):
             assert out.dtype == torch.float32, name
             torch.testing.assert_close(out, ref, rtol=0, atol=0)
