@@ -191,7 +191,7 @@ setup(
         # the server's tests: an HTTP client, OpenAI's client, a browser driver (Debian's
         # chromium and chromium-driver drive it; .ci/run installs them)
         "test": ["pytest", "hypothesis", *SERVE, "httpx>=0.28", "openai>=1.0",
-                 "selenium>=4.20", "transformers>=5.24"]},
+                 "selenium>=4.20", "transformers>=5.24", "seqeval>=1.2"]},
     entry_points={"console_scripts": [
         "pygpt-train=pygpt.train:main", "pygpt-generate=pygpt.generate:main",
         "pygpt-export=pygpt.export:main", "pygpt-classify=pygpt.classify:main",
