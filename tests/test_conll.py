@@ -96,3 +96,43 @@ def test_scoring_refuses_sequences_that_do_not_match():
         score([["O"]], [["O"], ["O"]])
     with pytest.raises(ValueError, match="sentence 0: 1 predicted tags for 2 words"):
         score([["O", "O"]], [["O"]])
+
+
+def test_a_sentence_that_fits_is_one_row_labelled_at_each_words_first_piece():
+    from pygpt.data.conll import IGNORED, windows
+
+    rows = windows([[10], [11, 12], [13]], [0, 1, 2], cls=1, sep=2, most=8, overlap=2)
+    assert rows == [(([1, 10, 11, 12, 13, 2]), [IGNORED, 0, 1, IGNORED, 2, IGNORED], 0,
+                     [1, 2, 4])]
+
+
+def test_a_long_sentence_is_split_at_words_with_overlap_and_each_word_read_once_best():
+    from pygpt.data.conll import IGNORED, best_windows, windows
+
+    rng = random.Random(1)
+    for _ in range(200):
+        n = rng.randint(1, 30)
+        pieces = [[100 + 10 * w + p for p in range(rng.randint(1, 4))] for w in range(n)]
+        most, overlap = rng.randint(3, 12), rng.randint(0, 3)
+        if overlap >= most - 2:
+            with pytest.raises(ValueError, match="holds no word"):
+                windows(pieces, list(range(n)), 1, 2, most, overlap)
+            continue
+        rows = windows(pieces, list(range(n)), 1, 2, most, overlap)
+        covered = set()
+        for row in rows:
+            assert len(row.ids) <= most and row.ids[0] == 1 and row.ids[-1] == 2
+            words = range(row.first, row.first + len(row.firsts))
+            for w, at in zip(words, row.firsts):
+                assert row.ids[at] == pieces[w][0] and row.labels[at] == w
+            assert sum(label != IGNORED for label in row.labels) == len(row.firsts)
+            covered.update(words)
+        assert covered == set(range(n))  # every word in some row, rows in order, progress made
+        assert [r.first for r in rows] == sorted({r.first for r in rows})
+        for before, after in zip(rows, rows[1:]):  # the overlap: shared words, when it can
+            shared = before.first + len(before.firsts) - after.first
+            if overlap and len(before.firsts) > 1:
+                assert shared >= 1
+            assert shared >= 0
+        chosen = best_windows(rows, n)
+        assert all(rows[r].ids[at] == pieces[w][0] for w, (r, at) in enumerate(chosen))

@@ -123,3 +123,65 @@ def labels(sentences: Sequence[Sentence]) -> list[str]:
     even when the data holds only one-word entities of its type)."""
     kinds = sorted({tag[2:] for s in sentences for tag in s.tags if tag != OUTSIDE})
     return [OUTSIDE, *(f"{p}-{kind}" for kind in kinds for p in "BI")]
+
+
+IGNORED = -100  # the loss's ignore_index: the specials, and every piece of a word but its first
+
+
+class Window(NamedTuple):
+    """A model row over part of a sentence: [CLS] its words' pieces [SEP]."""
+    ids: list[int]
+    labels: list[int]  # per position: the word's tag id at its first piece, else IGNORED
+    first: int  # the sentence's first word in it
+    firsts: list[int]  # the position of each of its words' first piece
+
+
+def windows(pieces: Sequence[Sequence[int]], tag_ids: Sequence[int], cls: int, sep: int,
+            most: int, overlap: int) -> list[Window]:
+    """A sentence's words (their pieces, their tag ids) in rows of at most `most` positions: one
+    row when they fit; else rows that end at word boundaries, each after the first starting at
+    least `overlap` pieces before the end of the one before (so every word is read with context
+    on both sides in some row). A word of more pieces than a row holds keeps its first ones."""
+    room = most - 2
+    if room < 1 or not 0 <= overlap < room:
+        raise ValueError(f"a row of {most} positions with an overlap of {overlap} holds no word")
+    sizes = [min(max(len(p), 1), room) for p in pieces]
+    rows, start = [], 0
+    while True:
+        end, used = start, 0
+        while end < len(sizes) and used + sizes[end] <= room:
+            used += sizes[end]
+            end += 1
+        rows.append(_window(pieces, tag_ids, sizes, start, end, cls, sep))
+        if end >= len(sizes):
+            return rows
+        back, kept = end, 0  # the next row repeats the last words of at least `overlap` pieces
+        while back - 1 > start and kept < overlap:
+            back -= 1
+            kept += sizes[back]
+        start = back if back > start else end
+
+
+def _window(pieces: Sequence[Sequence[int]], tag_ids: Sequence[int], sizes: Sequence[int],
+            start: int, end: int, cls: int, sep: int) -> Window:
+    ids, labels, firsts = [cls], [IGNORED], []
+    for w in range(start, end):
+        firsts.append(len(ids))
+        word = list(pieces[w][:sizes[w]])
+        ids += word
+        labels += [tag_ids[w]] + [IGNORED] * (len(word) - 1)
+    return Window(ids + [sep], labels + [IGNORED], start, firsts)
+
+
+def best_windows(rows: Sequence[Window], n_words: int) -> list[tuple[int, int]]:
+    """For each word of a sentence, the row that reads it with the most context (the larger of
+    its words before and after being the smaller, as for a document stride) and its position
+    there: where its prediction is taken."""
+    best: list[tuple[int, int, int]] = [(-1, -1, -1)] * n_words  # (context, row, position)
+    for r, row in enumerate(rows):
+        for k, at in enumerate(row.firsts):
+            word = row.first + k
+            context = min(k, len(row.firsts) - 1 - k)
+            if context > best[word][0]:
+                best[word] = (context, r, at)
+    return [(r, at) for _, r, at in best]
