@@ -1,5 +1,8 @@
 """Token-tagged text in the CoNLL format, for named-entity tagging (--task tag): reading a file,
-the entities its tags mark, and the label set.
+the entities its tags mark, the label set, and a sentence's rows for the model (its words'
+WordPiece pieces, the tag on each word's first piece; a sentence longer than the context split at
+words into overlapping rows, each word predicted from the row that reads it with the most
+context).
 
 A file is UTF-8 text, one word a line: the word, whitespace, then its tag as the line's last
 column (so CoNLL-2003's four columns read as well as "word TAB tag"); a blank line ends a
