@@ -3,7 +3,8 @@
 columns and -DOCSTART- lines too), an I- that begins an entity is read as B- and counted, bad
 lines and unknown tag schemes are one line naming the file and line; entities and their
 precision/recall/F1 per type and micro-averaged equal seqeval's (the conlleval rule) on
-hand-picked and random tag sequences."""
+hand-picked and random tag sequences; sentences become rows of the context (split at words with
+overlap, tags at each word's first piece) and padded batches."""
 import random
 
 import pytest
@@ -101,6 +102,8 @@ def test_scoring_refuses_sequences_that_do_not_match():
 def test_a_sentence_that_fits_is_one_row_labelled_at_each_words_first_piece():
     from pygpt.data.conll import IGNORED, windows
 
+    with pytest.raises(ValueError, match="every word needs at least one piece"):
+        windows([[10], []], [0, 1], cls=1, sep=2, most=8, overlap=2)
     rows = windows([[10], [11, 12], [13]], [0, 1, 2], cls=1, sep=2, most=8, overlap=2)
     assert rows == [(([1, 10, 11, 12, 13, 2]), [IGNORED, 0, 1, IGNORED, 2, IGNORED], 0,
                      [1, 2, 4])]
@@ -136,3 +139,28 @@ def test_a_long_sentence_is_split_at_words_with_overlap_and_each_word_read_once_
             assert shared >= 0
         chosen = best_windows(rows, n)
         assert all(rows[r].ids[at] == pieces[w][0] for w, (r, at) in enumerate(chosen))
+
+
+def test_sentences_become_padded_batches_with_tags_at_first_pieces():
+    from pygpt.data.conll import IGNORED, EncodedTags, Sentence
+    from pygpt.tokenizer import WordPieceTokenizer
+
+    text = "the cat sat on the mat . peter blackburn went to london .\n" * 20
+    tok = WordPieceTokenizer.train(text, vocab_size=60)
+    sentences = [Sentence(("peter", "blackburn", "went", "to", "london"),
+                          ("B-PER", "I-PER", "O", "O", "B-LOC"), 1),
+                 Sentence(("the", "cat"), ("O", "O"), 7)]
+    tags = labels(sentences)
+    encoded = EncodedTags(sentences, tags, tok, block_size=64, overlap=4)
+    assert len(encoded) == 2 and encoded.sentence_of == [0, 1]
+    batch = encoded.batch([0, 1])
+    assert batch.input_ids.shape == batch.labels.shape and not batch.segment_ids.any()
+    for b, s in enumerate(sentences):
+        n = int(batch.lengths[b])
+        assert batch.input_ids[b, 0] == tok.special_tokens["[CLS]"]
+        assert batch.input_ids[b, n - 1] == tok.special_tokens["[SEP]"]
+        assert (batch.input_ids[b, n:] == tok.special_tokens["[PAD]"]).all()
+        got = [tags[i] for i in batch.labels[b].tolist() if i != IGNORED]
+        assert got == list(s.tags) and (batch.labels[b, n - 1:] == IGNORED).all()
+    with pytest.raises(ValueError, match=r"the data, line 9: tags B-ORG are not the model's"):
+        EncodedTags([Sentence(("x",), ("B-ORG",), 9)], tags, tok, 64, 4)

@@ -17,7 +17,13 @@ ValueError naming the file and line.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple, Sequence, Union
+from typing import Iterator, Mapping, NamedTuple, Sequence, Union
+
+import numpy as np
+import torch
+
+from pygpt.data.common import pad_rows
+from pygpt.tokenizer import require_specials
 
 DOCUMENT_START = "-DOCSTART-"
 OUTSIDE = "O"
@@ -148,7 +154,9 @@ def windows(pieces: Sequence[Sequence[int]], tag_ids: Sequence[int], cls: int, s
     room = most - 2
     if room < 1 or not 0 <= overlap < room:
         raise ValueError(f"a row of {most} positions with an overlap of {overlap} holds no word")
-    sizes = [min(max(len(p), 1), room) for p in pieces]
+    if not all(pieces):
+        raise ValueError("every word needs at least one piece")
+    sizes = [min(len(p), room) for p in pieces]
     rows, start = [], 0
     while True:
         end, used = start, 0
@@ -188,3 +196,56 @@ def best_windows(rows: Sequence[Window], n_words: int) -> list[tuple[int, int]]:
             if context > best[word][0]:
                 best[word] = (context, r, at)
     return [(r, at) for _, r, at in best]
+
+
+class TagBatch(NamedTuple):
+    """One batch of rows, batch first; its fields are the tagger's keyword arguments."""
+    input_ids: torch.Tensor    # (B, T) int64; [PAD] past lengths
+    segment_ids: torch.Tensor  # (B, T) int64: all 0 (one segment)
+    lengths: torch.Tensor      # (B,) int64: real tokens, specials included
+    labels: torch.Tensor       # (B, T) int64: a tag id at each word's first piece, else IGNORED
+
+
+class EncodedTags:
+    """Sentences as the model's rows (windows), ready to batch: each word's pieces from the
+    tokenizer ([UNK] for a word it gives none), tags as indices into `labels`."""
+
+    def __init__(self, sentences: Sequence[Sentence], labels: Sequence[str], tokenizer,
+                 block_size: int, overlap: int, path: Union[str, Path] = "the data"):
+        specials: Mapping[str, int] = tokenizer.special_tokens
+        require_specials(specials, ("[PAD]", "[CLS]", "[SEP]", "[UNK]"), "tagging rows")
+        index = {label: i for i, label in enumerate(labels)}
+        self.pad = specials["[PAD]"]
+        self.rows: list[Window] = []
+        self.sentence_of: list[int] = []  # each row's sentence
+        for n, s in enumerate(sentences):
+            unknown = sorted(set(s.tags) - set(index))
+            if unknown:
+                raise ValueError(f"{path}, line {s.line}: tags {', '.join(unknown)} are not the "
+                                 f"model's ({', '.join(labels)})")
+            try:
+                pieces = [tokenizer.encode(word) or [specials["[UNK]"]] for word in s.words]
+            except ValueError as e:
+                raise ValueError(f"{path}, line {s.line}: {e}") from None
+            for row in windows(pieces, [index[t] for t in s.tags], specials["[CLS]"],
+                               specials["[SEP]"], block_size, overlap):
+                self.rows.append(row)
+                self.sentence_of.append(n)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def batch(self, which: Sequence[int]) -> TagBatch:
+        """The rows `which`, padded to the longest (labels with IGNORED)."""
+        rows = [self.rows[i] for i in which]
+        ids = [np.array(r.ids, dtype=np.int64) for r in rows]
+        input_ids, segment_ids, lengths = pad_rows(ids, [len(r) for r in ids], self.pad)
+        labels = torch.full_like(input_ids, IGNORED)
+        for b, r in enumerate(rows):
+            labels[b, :len(r.labels)] = torch.tensor(r.labels)
+        return TagBatch(input_ids, segment_ids, lengths, labels)
+
+    def in_order(self, batch_size: int) -> Iterator[TagBatch]:
+        """Every row once, in order, batch_size at a time (the last batch may be smaller)."""
+        for start in range(0, len(self), batch_size):
+            yield self.batch(range(start, min(start + batch_size, len(self))))
