@@ -100,7 +100,8 @@ def test_scoring_refuses_sequences_that_do_not_match():
 
 
 def test_a_sentence_that_fits_is_one_row_labelled_at_each_words_first_piece():
-    from pygpt.data.conll import IGNORED, windows
+    from pygpt.data.common import IGNORE_INDEX as IGNORED
+    from pygpt.data.conll import windows
 
     with pytest.raises(ValueError, match="every word needs at least one piece"):
         windows([[10], []], [0, 1], cls=1, sep=2, most=8, overlap=2)
@@ -110,7 +111,8 @@ def test_a_sentence_that_fits_is_one_row_labelled_at_each_words_first_piece():
 
 
 def test_a_long_sentence_is_split_at_words_with_overlap_and_each_word_read_once_best():
-    from pygpt.data.conll import IGNORED, best_windows, windows
+    from pygpt.data.common import IGNORE_INDEX as IGNORED
+    from pygpt.data.conll import best_windows, windows
 
     rng = random.Random(1)
     for _ in range(200):
@@ -142,7 +144,8 @@ def test_a_long_sentence_is_split_at_words_with_overlap_and_each_word_read_once_
 
 
 def test_sentences_become_padded_batches_with_tags_at_first_pieces():
-    from pygpt.data.conll import IGNORED, EncodedTags, Sentence
+    from pygpt.data.common import IGNORE_INDEX as IGNORED
+    from pygpt.data.conll import EncodedTags, Sentence
     from pygpt.tokenizer import WordPieceTokenizer
 
     text = "the cat sat on the mat . peter blackburn went to london .\n" * 20

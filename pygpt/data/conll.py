@@ -22,7 +22,7 @@ from typing import Iterator, Mapping, NamedTuple, Sequence, Union
 import numpy as np
 import torch
 
-from pygpt.data.common import pad_rows
+from pygpt.data.common import IGNORE_INDEX, pad_rows
 from pygpt.tokenizer import require_specials
 
 DOCUMENT_START = "-DOCSTART-"
@@ -134,13 +134,10 @@ def labels(sentences: Sequence[Sentence]) -> list[str]:
     return [OUTSIDE, *(f"{p}-{kind}" for kind in kinds for p in "BI")]
 
 
-IGNORED = -100  # the loss's ignore_index: the specials, and every piece of a word but its first
-
-
 class Window(NamedTuple):
     """A model row over part of a sentence: [CLS] its words' pieces [SEP]."""
     ids: list[int]
-    labels: list[int]  # per position: the word's tag id at its first piece, else IGNORED
+    labels: list[int]  # per position: the word's tag id at its first piece, else IGNORE_INDEX
     first: int  # the sentence's first word in it
     firsts: list[int]  # the position of each of its words' first piece
 
@@ -175,13 +172,13 @@ def windows(pieces: Sequence[Sequence[int]], tag_ids: Sequence[int], cls: int, s
 
 def _window(pieces: Sequence[Sequence[int]], tag_ids: Sequence[int], sizes: Sequence[int],
             start: int, end: int, cls: int, sep: int) -> Window:
-    ids, labels, firsts = [cls], [IGNORED], []
+    ids, labels, firsts = [cls], [IGNORE_INDEX], []
     for w in range(start, end):
         firsts.append(len(ids))
         word = list(pieces[w][:sizes[w]])
         ids += word
-        labels += [tag_ids[w]] + [IGNORED] * (len(word) - 1)
-    return Window(ids + [sep], labels + [IGNORED], start, firsts)
+        labels += [tag_ids[w]] + [IGNORE_INDEX] * (len(word) - 1)
+    return Window(ids + [sep], labels + [IGNORE_INDEX], start, firsts)
 
 
 def best_windows(rows: Sequence[Window], n_words: int) -> list[tuple[int, int]]:
@@ -203,7 +200,7 @@ class TagBatch(NamedTuple):
     input_ids: torch.Tensor    # (B, T) int64; [PAD] past lengths
     segment_ids: torch.Tensor  # (B, T) int64: all 0 (one segment)
     lengths: torch.Tensor      # (B,) int64: real tokens, specials included
-    labels: torch.Tensor       # (B, T) int64: a tag id at each word's first piece, else IGNORED
+    labels: torch.Tensor       # (B, T) int64: a word's tag id at its first piece, else ignored
 
 
 class EncodedTags:
@@ -236,11 +233,11 @@ class EncodedTags:
         return len(self.rows)
 
     def batch(self, which: Sequence[int]) -> TagBatch:
-        """The rows `which`, padded to the longest (labels with IGNORED)."""
+        """The rows `which`, padded to the longest (labels with IGNORE_INDEX)."""
         rows = [self.rows[i] for i in which]
         ids = [np.array(r.ids, dtype=np.int64) for r in rows]
         input_ids, segment_ids, lengths = pad_rows(ids, [len(r) for r in ids], self.pad)
-        labels = torch.full_like(input_ids, IGNORED)
+        labels = torch.full_like(input_ids, IGNORE_INDEX)
         for b, r in enumerate(rows):
             labels[b, :len(r.labels)] = torch.tensor(r.labels)
         return TagBatch(input_ids, segment_ids, lengths, labels)
