@@ -106,9 +106,8 @@ class ServedAttention:
                                              "part, or a shorter text")
         return parts
 
-    def maps(self, body: AttentionRequest) -> dict:
-        """The answer to one request (module docstring)."""
-        parts = self.check(body)
+    def maps(self, body: AttentionRequest, parts: list[str]) -> dict:
+        """The answer to one request (module docstring), of the parts check gave for it."""
         try:
             with self.lock:
                 maps = attention_maps(self.model, self.tokenizer, [body.text],
@@ -121,9 +120,9 @@ class ServedAttention:
                 "layers": [{"part": part, "layer": i, "probs": maps.layers(part)[i].probs.tolist()}
                            for part in parts for i in (layers or range(self.parts[part]))]}
 
-    def answer(self, body: AttentionRequest) -> bytes:
+    def answer(self, body: AttentionRequest, parts: list[str]) -> bytes:
         """The answer's JSON (made on the worker thread: the maps as lists are large)."""
-        return json.dumps(self.maps(body)).encode()
+        return json.dumps(self.maps(body, parts)).encode()
 
 
 def attention_router(attention: ServedAttention) -> APIRouter:
@@ -131,13 +130,14 @@ def attention_router(attention: ServedAttention) -> APIRouter:
 
     @routes.post("/v1/attention")
     async def attention_route(body: AttentionRequest, request: Request) -> Response:
-        attention.check(body)
+        parts = attention.check(body)
         if attention.in_flight >= IN_FLIGHT:
             raise Busy(f"{attention.in_flight} attention answers are being made or sent "
                        f"already (at most {IN_FLIGHT})")
         attention.in_flight += 1
         try:
-            answer = await attention.worker.run(request, "text", attention.answer, body)
+            answer = await attention.worker.run(request, "text", attention.answer, body,
+                                                 parts)
         except BaseException:
             attention.in_flight -= 1
             raise

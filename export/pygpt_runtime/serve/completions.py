@@ -104,10 +104,11 @@ class Completion:
         self.echoes = [body.prompts()[p] if body.echo else "" for p in prompt_of]
         self.choices = [Choice(body.stops(), None if body.logprobs is None
                                else Logprobs(tokenizer), echo) for echo in self.echoes]
-        for c, p in zip(self.choices, prompt_of):
-            for scored, at in zip(prompt_scores[p] if prompt_scores else [],
-                                  _offsets(tokenizer, rows[p])):
-                c.logprobs.add(scored, at)
+        if prompt_scores is not None:  # echo with logprobs: each choice's prompt entries
+            offsets = [_offsets(tokenizer, ids) for ids in rows]
+            for c, p in zip(self.choices, prompt_of):
+                for scored, at in zip(prompt_scores[p], offsets[p]):
+                    c.logprobs.add(scored, at)
         self.rows = [Generation(rows[p], body.max_tokens, body.sampling(),
                                 np.random.default_rng(seed), self._sender(loop, c), seed=seed,
                                 logprobs=body.logprobs)
