@@ -17,7 +17,7 @@ ValueError naming the file and line.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Mapping, NamedTuple, Sequence, Union
+from typing import Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from pygpt.tokenizer import require_specials
 
 DOCUMENT_START = "-DOCSTART-"
 OUTSIDE = "O"
+OVERLAP_SHARE = 4  # a long sentence's rows overlap by a quarter of a row's pieces
 
 
 class Sentence(NamedTuple):
@@ -127,6 +128,21 @@ def read_conll(path: Union[str, Path]) -> Tagged:
     return Tagged(sentences, repaired)
 
 
+def held_out(sentences: Sequence[Sentence], fraction: float, seed: int,
+             path: Union[str, Path]) -> tuple[list[Sentence], list[Sentence]]:
+    """(train, val): round(fraction * n) sentences (at least one, leaving one to train on)
+    drawn at random with a fixed seed, so the split is a function of the file; both keep file
+    order."""
+    n = len(sentences)
+    if n < 2:
+        raise ValueError(f"{path}: one sentence cannot be split into training and validation; "
+                         "give --val-data")
+    take = min(max(round(fraction * n), 1), n - 1)
+    val = set(torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:take].tolist())
+    return ([s for i, s in enumerate(sentences) if i not in val],
+            [s for i, s in enumerate(sentences) if i in val])
+
+
 def labels(sentences: Sequence[Sentence]) -> list[str]:
     """The tags a model predicts: O, then each type's B- and I-, types sorted (an I- is there
     even when the data holds only one-word entities of its type)."""
@@ -140,6 +156,11 @@ class Window(NamedTuple):
     labels: list[int]  # per position: the word's tag id at its first piece, else IGNORE_INDEX
     first: int  # the sentence's first word in it
     firsts: list[int]  # the position of each of its words' first piece
+
+
+def overlap_for(block_size: int) -> int:
+    """The overlap (in pieces) of a long sentence's rows in a context of block_size."""
+    return max(block_size - 2, 0) // OVERLAP_SHARE
 
 
 def windows(pieces: Sequence[Sequence[int]], tag_ids: Sequence[int], cls: int, sep: int,
@@ -241,6 +262,10 @@ class EncodedTags:
         for b, r in enumerate(rows):
             labels[b, :len(r.labels)] = torch.tensor(r.labels)
         return TagBatch(input_ids, segment_ids, lengths, labels)
+
+    def draw(self, batch_size: int, generator: Optional[torch.Generator] = None) -> TagBatch:
+        """batch_size rows drawn at random (with replacement)."""
+        return self.batch(torch.randint(len(self), (batch_size,), generator=generator).tolist())
 
     def in_order(self, batch_size: int) -> Iterator[TagBatch]:
         """Every row once, in order, batch_size at a time (the last batch may be smaller)."""

@@ -73,8 +73,9 @@ class Family:
         for f in dataclasses.fields(train_cfg):
             if not (f.name in given or f.metadata["file"] and getattr(train_cfg, f.name)):
                 continue
-            if f.metadata["task"] not in (None, train_cfg.task):
-                raise ValueError(f"{flag(f.name)} is for --task {f.metadata['task']}, not "
+            tasks = f.metadata["task"]
+            if tasks is not None and train_cfg.task not in tasks:
+                raise ValueError(f"{flag(f.name)} is for --task {' or '.join(tasks)}, not "
                                  f"{train_cfg.task}")
             families = families_of(f)
             if families is not None and self.name not in families:
