@@ -14,11 +14,13 @@ import pytest
 import pygpt
 import pygpt.classify
 import pygpt.export
+import pygpt.prune
 import pygpt.tag
 import pygpt.train
 from helpers import metrics, state_dicts_equal
 from pygpt.data.conll import Sentence, entities, held_out, read_conll
 from pygpt.data.labelled import SPLIT_SEED, VAL_FRACTION
+from pygpt.families import family
 from pygpt.storage.checkpoint import load_labels
 from pygpt.storage.run_files import CONFIG
 from pygpt.tasks.entities import score
@@ -182,3 +184,21 @@ def test_refusals(tagger, tmp_path):
 def test_tag_refuses_a_model_that_is_not_a_tagger(trained):
     with pytest.raises(SystemExit, match="error: .* holds no entity tagger"):
         pygpt.tag.main(["--ckpt", str(trained[0]), "--text", "a"])
+
+
+def test_a_pruned_tagger_recovers_as_a_tagger(tagger, tmp_path):
+    """Pruning a tagger scores and recovers it on its own task (--data: another CoNLL file, its
+    held-out tenth then validating), and a converted tagger, without training settings, would
+    take bert-tag's."""
+    out = tmp_path / "pruned"
+    pygpt.prune.main(["--ckpt", str(tagger), "--out", str(out), "--heads-per-layer", "1",
+                      "--recover-iters", "2", "--batches", "2", "--data", str(FIXTURE),
+                      "--threads", "1", "--quiet"])
+    config = json.loads((out / CONFIG).read_text())
+    assert config["train"]["task"] == "tag" and config["train"]["val_data"] is None
+    assert "val_f1" in metrics(out)[-1]
+    model, tokenizer, labels = pygpt.tag.load_tagger(str(out))
+    assert model.config.layer_heads == () and model.config.n_head == 1
+    bert = family("bert")
+    assert bert.head_task(model.config) == "tag"
+    assert bert.preset_for(bert.head_task(model.config)) == "bert-tag"

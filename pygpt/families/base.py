@@ -56,6 +56,11 @@ class Family:
         """The preset a run of this family starts from when --preset is not given."""
         return self.default_preset
 
+    def head_task(self, model_cfg: ModelConfig) -> str:
+        """The task whose head a model of model_cfg carries (what a run without saved training
+        settings, a converted model's, trains it for): pretrain by default."""
+        return "pretrain"
+
     def check_settings(self, model_cfg: ModelConfig, train_cfg: TrainConfig,
                        given: set[str]) -> None:
         """Refuses (ValueError, one line) settings that do not apply to this family; given: the

@@ -35,6 +35,11 @@ class BERTFamily(Family):
     def preset_for(self, task):
         return FINE_TUNING[task][0] if task in FINE_TUNING else self.default_preset
 
+    def head_task(self, model_cfg):
+        if not model_cfg.num_labels:
+            return "pretrain"
+        return "tag" if model_cfg.pooling == "token" else "classify"
+
     def check_settings(self, model_cfg, train_cfg, given):
         super().check_settings(model_cfg, train_cfg, given)
         task = train_cfg.task
