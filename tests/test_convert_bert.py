@@ -181,6 +181,26 @@ def test_fine_tune_an_imported_encoder_to_classify(imported, tmp_path):
     assert checkpoint.load_labels(tmp_path / "cls") == ["a", "b"]
 
 
+def test_fine_tune_an_imported_encoder_to_tag(imported, tmp_path):
+    """--task tag --init-from an imported BertModel: its encoder (unchanged at --lr 0), a
+    per-token head."""
+    _, _, run_dir = imported["encoder"]
+    data = tmp_path / "train.conll"
+    data.write_text("".join(f"the\tO\nquestion\t{'BI'[i % 2]}-X\nend\tO\n\n" for i in range(20)))
+    code, message = train_cli(["--task", "tag", "--init-from", str(run_dir), "--data", str(data),
+                               "--out", str(tmp_path / "ner"), "--max-iters", "2", "--lr", "0",
+                               "--batch-size", "4", "--eval-interval", "2", "--eval-iters", "1",
+                               "--threads", "1"])
+    assert (code, message) == (0, None)
+    assert checkpoint.load_labels(tmp_path / "ner") == ["O", "B-X", "I-X"]
+    tuned, _ = pygpt.load(tmp_path / "ner")
+    source, _ = pygpt.load(run_dir)
+    assert tuned.config.pooling == "token" and tuned.classifier[1].weight.shape == (3, 32)
+    for name, t in source.state_dict().items():
+        if name.startswith(("embed.", "blocks.")):
+            assert torch.equal(tuned.state_dict()[name], t), name
+
+
 @pytest.mark.parametrize("name, auto", [("pretraining", "AutoModelForPreTraining"),
                                         ("mlm", "AutoModelForMaskedLM"),
                                         ("mlm-untied", "AutoModelForMaskedLM"),
