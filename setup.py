@@ -8,8 +8,8 @@ version, which `import pygpt` checks against the running torch.
 
 Besides pygpt, the build installs pygpt_runtime (export/pygpt_runtime, the torch-free ONNX
 runner that pygpt's own code imports, with the server's playground page) and the console
-commands pygpt-train, pygpt-generate, pygpt-export, pygpt-classify, pygpt-fill-mask,
-pygpt-translate, pygpt-run and pygpt-serve (whose FastAPI, uvicorn and prometheus_client the
+commands pygpt-train, pygpt-generate, pygpt-export, pygpt-classify, pygpt-tag,
+pygpt-fill-mask, pygpt-translate, pygpt-run and pygpt-serve (whose FastAPI, uvicorn and prometheus_client the
 "serve" extra adds).
 
 The CPU kernels (csrc/cpu) are compiled once per instruction set, on x86-64 for the baseline,
@@ -191,10 +191,11 @@ setup(
         # the server's tests: an HTTP client, OpenAI's client, a browser driver (Debian's
         # chromium and chromium-driver drive it; .ci/run installs them)
         "test": ["pytest", "hypothesis", *SERVE, "httpx>=0.28", "openai>=1.0",
-                 "selenium>=4.20", "transformers>=5.24"]},
+                 "selenium>=4.20", "transformers>=5.24", "seqeval>=1.2"]},
     entry_points={"console_scripts": [
         "pygpt-train=pygpt.train:main", "pygpt-generate=pygpt.generate:main",
         "pygpt-export=pygpt.export:main", "pygpt-classify=pygpt.classify:main",
+        "pygpt-tag=pygpt.tag:main",
         "pygpt-fill-mask=pygpt.fill_mask:main", "pygpt-translate=pygpt.translate:main",
         "pygpt-run=pygpt_runtime.command:main", "pygpt-serve=pygpt_runtime.serve.command:main"]},
     ext_modules=[kernel_extension()],

@@ -21,11 +21,14 @@ from pygpt.mixed_precision import add_dtype_flag, autocast
 
 def classifier_labels(ckpt: str, model: torch.nn.Module, tokenizer) -> list[str]:
     """The labels of the classifier loaded from ckpt (model, tokenizer); a ValueError for any
-    other model."""
+    other model (an entity tagger's labels are per token: pygpt.tag reads them)."""
     labels = load_labels(ckpt)
     if not isinstance(model, BERT) or labels is None:
         raise ValueError(f"{ckpt} holds a {model.config.arch} model without a classification "
                          "head; train one with python -m pygpt.train --task classify")
+    if model.config.pooling == "token":
+        raise ValueError(f"{ckpt} holds an entity tagger (a label per token), not a classifier; "
+                         "use python -m pygpt.tag")
     require_specials(tokenizer.special_tokens, tokenizer.encoding_needs, "texts to classify")
     return labels
 

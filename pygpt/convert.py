@@ -4,10 +4,11 @@
     python -m pygpt.convert --to-hf runs/gpt2 --out gpt2-hf/            # for transformers
 
 --from-hf reads a local `transformers` folder (config.json, model.safetensors, the tokenizer's
-files) of GPT2LMHeadModel or GPT2Model, or of BertModel, BertForMaskedLM, BertForPreTraining or
-BertForSequenceClassification, into a run folder that pygpt.generate, fill_mask, classify,
-train --init-from and export take. --to-hf writes a run's GPT as GPT2LMHeadModel, its BERT as
-BertForPreTraining, BertForMaskedLM or BertForSequenceClassification, with its tokenizer, into a
+files) of GPT2LMHeadModel or GPT2Model, or of BertModel, BertForMaskedLM, BertForPreTraining,
+BertForSequenceClassification or BertForTokenClassification, into a run folder that
+pygpt.generate, fill_mask, classify, tag, train --init-from and export take. --to-hf writes a
+run's GPT as GPT2LMHeadModel, its BERT as BertForPreTraining, BertForMaskedLM,
+BertForSequenceClassification or BertForTokenClassification, with its tokenizer, into a
 new folder `transformers` loads with from_pretrained. What either side cannot represent is
 refused in one line naming the option (pygpt.hf)."""
 from __future__ import annotations

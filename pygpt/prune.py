@@ -94,12 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_settings(ckpt: Path, args: argparse.Namespace, arch: str, num_labels: int) -> TrainConfig:
+def run_settings(ckpt: Path, args: argparse.Namespace, model_cfg: ModelConfig) -> TrainConfig:
     """The source run's training settings (a converted model's: its family's preset), with the
     data flags given, out set to --out, and checked against the family."""
     saved = checkpoint.read_config(ckpt).get("train")
     if saved is None:
-        cfg = preset(family(arch).preset_for("classify" if num_labels else "pretrain")).train
+        cfg = preset(family(model_cfg.arch).preset_for(family(model_cfg.arch).head_task(model_cfg))).train
     else:
         try:
             cfg = config_from_dict(TrainConfig, saved)
@@ -107,13 +107,13 @@ def run_settings(ckpt: Path, args: argparse.Namespace, arch: str, num_labels: in
             raise ValueError(f"{ckpt}: its training settings are invalid: {e}") from None
     given = {k: os.path.abspath(v) for k, v in (("data", args.data), ("src_data", args.src_data),
                                                  ("tgt_data", args.tgt_data)) if v is not None}
-    fam = family(arch)
+    fam = family(model_cfg.arch)
     fam.refuse_foreign(dataclasses.replace(cfg, **given), set(given))
     if given.keys() & {"src_data", "tgt_data"} and len(given) == 1:
         raise ValueError("--src-data and --tgt-data come together, line for line")
     if given.keys() & {"src_data", "tgt_data"}:  # the run's held-out pairs came from its own
         given.update(val_src=None, val_tgt=None)
-    if "data" in given and cfg.task == "classify":
+    if "data" in given and cfg.task != "pretrain":
         given["val_data"] = None
     cfg = dataclasses.replace(cfg, out=os.path.abspath(args.out), threads=args.threads, **given)
     for name, path in fam.data_files(cfg):
@@ -134,7 +134,7 @@ def prune(args: argparse.Namespace) -> str:
     cfg = model.config
     labels = checkpoint.load_labels(ckpt)
     select = selection(model, args)
-    train_cfg = run_settings(ckpt, args, cfg.arch, cfg.num_labels)
+    train_cfg = run_settings(ckpt, args, cfg)
     torch.set_num_threads(train_cfg.threads or default_threads())
     with RunFolder(out, what="pruning") as folder:
         folder.check_new_run(args.overwrite,

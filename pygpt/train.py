@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "classify labelled texts (--task classify --init-from runs/bert --data "
                     "train.tsv), or train a translator on sentence pairs (--arch seq2seq "
                     "--src-data train.de.gz --tgt-data train.en.gz). Flags not given come from "
-                    "the preset (or, with --resume, from the checkpoint being continued). A run "
+                    "the preset (or, with --resume, from the checkpoint being continued). "
+                    "--task tag fine-tunes a BERT to tag named entities in a CoNLL file. A run "
                     "locks --out (a second run into it is refused); Ctrl-C or SIGTERM finishes "
                     "the step, saves and exits (130, 143), a second Ctrl-C interrupts; a nan or "
                     "inf loss stops the run (exit 1) before anything is saved.",
@@ -149,7 +150,8 @@ def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any], given:
     """The source checkpoint's model; only dropout and a BERT's pooling may change for
     fine-tuning (neither changes the weights). A classifier pools as the preset does (mean)
     unless --pooling says otherwise, whatever the pretraining saved: [CLS] pooling reads what
-    only next-sentence prediction trained, which fine-tuned 0.06 macro-F1 worse in bench_bert."""
+    only next-sentence prediction trained, which fine-tuned 0.06 macro-F1 worse in bench_bert;
+    a tagger reads each token (its preset's pooling token)."""
     source = Path(train_cfg.init_from)
     if "tokenizer" in given:
         raise SystemExit("--init-from keeps the source's tokenizer; --tokenizer cannot change it")
@@ -161,10 +163,11 @@ def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any], given:
         model_cfg = config_from_dict(ModelConfig, checkpoint.read_config(source)["model"])
     except (TypeError, ValueError) as e:
         raise ValueError(f"{source / CONFIG}: cannot fine-tune from it: {e}") from None
-    family(model_cfg.arch).check_settings(model_cfg, train_cfg, given)
-    if train_cfg.task == "classify":
+    if train_cfg.task != "pretrain" and applies(ModelConfig, "pooling", model_cfg.arch):
         model_flags = {"pooling": preset_pooling, **model_flags}
-    return dataclasses.replace(model_cfg, **model_flags)
+    tuned = dataclasses.replace(model_cfg, **model_flags)
+    family(tuned.arch).check_settings(tuned, train_cfg, given)
+    return tuned
 
 
 def batch_size(model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:

@@ -30,6 +30,7 @@ NONE = dataclasses.replace(PRE, pos_encoding="none")
 RELATIVE = dataclasses.replace(POST, pos_encoding="relative", max_distance=4)
 ALIBI = dataclasses.replace(PRE, pos_encoding="alibi", n_head=4)
 MEAN = dataclasses.replace(POST, pooling="mean")
+TOKEN = dataclasses.replace(POST, pooling="token", nsp=False)  # an entity tagger's head
 # The tanh GELU (blocks and masked-LM head) and a layer norm epsilon other than the default.
 GELU_TANH = dataclasses.replace(POST, activation="gelu_tanh", norm_eps=1e-3)
 CONFIGS = dict(post=POST, pre=PRE, rotary=ROTARY, none=NONE, relative=RELATIVE, alibi=ALIBI,
@@ -135,6 +136,57 @@ def test_mean_pooling_written_out():
     assert not torch.allclose(out.logits, make(POST).eval()(ids, seg, lengths).logits)
     with pytest.raises(ValueError, match="pooling"):
         ModelConfig(arch="bert", pooling="max")
+
+
+def token_labels(lengths, T, seed=2):
+    """(B, T) labels of 3 classes at every other real position past [CLS], IGNORE_INDEX
+    elsewhere (later pieces of a word, [CLS], padding)."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.full((len(lengths), T), IGNORE_INDEX)
+    for b, n in enumerate(lengths.tolist()):
+        labels[b, 1:n:2] = torch.randint(0, 3, (len(range(1, n, 2)),), generator=g)
+    return labels
+
+
+@pytest.mark.parametrize("kernels", ["ext", "torch"])
+def test_token_head_written_out(kernels):
+    """With pooling "token" the classifier maps each position's final hidden state to its
+    logits (B, T, num_labels), and the loss is the mean cross-entropy over the labelled
+    positions only, written here in plain PyTorch; a row alone gives its positions' logits as in
+    the padded batch."""
+    model = make(TOKEN, kernels).eval()
+    ids, seg, lengths, _ = batch()
+    labels = token_labels(lengths, ids.shape[1])
+    out = model(ids, seg, lengths, labels=labels)
+    h = model.encode(ids, seg, lengths)
+    linear = model.classifier[1]
+    logits = h @ linear.weight.T + linear.bias
+    assert out.logits.shape == (4, 19, 3)
+    close(out.logits, logits, TOL, "per-token logits")
+    at = labels != IGNORE_INDEX
+    picked = logits[at].log_softmax(-1).gather(1, labels[at][:, None])
+    close(out.loss, -picked.mean(), TOL, "loss over the labelled positions")
+    for b, n in enumerate(lengths.tolist()):
+        alone = model(ids[b:b + 1, :n], seg[b:b + 1, :n]).logits
+        close(out.logits[b:b + 1, :n], alone, TOL, f"row {b} alone", rel_to_max=True)
+    nothing = torch.full_like(labels, IGNORE_INDEX)
+    assert model(ids, seg, lengths, labels=nothing).loss is None
+
+
+def test_token_head_ext_matches_torch():
+    ext = make(TOKEN)
+    ref = twin(ext, "torch")
+    ids, seg, lengths, _ = batch()
+    labels = token_labels(lengths, ids.shape[1])
+    out_e, out_t = ext(ids, seg, lengths, labels=labels), ref(ids, seg, lengths, labels=labels)
+    close(out_e.loss, out_t.loss, TOL, "loss")
+    out_e.loss.backward()
+    out_t.loss.backward()
+    grads_t = dict(ref.named_parameters())
+    for name, p in ext.named_parameters():
+        if p.grad is not None:
+            close(p.grad, grads_t[name].grad, dict(atol=1e-5, rtol=1e-4), f"grad {name}",
+                  rel_to_max=True)
 
 
 def test_pooling_defaults():

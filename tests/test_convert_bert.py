@@ -1,8 +1,8 @@
 """python -m pygpt.convert with BERT: tiny random BertModel (with and without the `bert.`
-prefix), BertForMaskedLM, BertForPreTraining and BertForSequenceClassification folders made by
-transformers become pygpt runs giving transformers' outputs on padded batches (both kernel
-sets), which fill_mask, classify, train --init-from and the ONNX runner take; pygpt's BERTs go
-back to the class that holds them, bit for bit."""
+prefix), BertForMaskedLM, BertForPreTraining, BertForSequenceClassification and
+BertForTokenClassification folders made by transformers become pygpt runs giving transformers'
+outputs on padded batches (both kernel sets), which fill_mask, classify, tag, train --init-from
+and the ONNX runner take; pygpt's BERTs go back to the class that holds them, bit for bit."""
 import dataclasses
 import json
 
@@ -13,14 +13,16 @@ import torch
 import pygpt
 import pygpt.classify
 import pygpt.fill_mask
+import pygpt.tag
 from hf_helpers import WORDS, bert_folder, convert, import_variants, load_hf, tensors
 from helpers import train_cli
 from pygpt.storage import checkpoint
 from pygpt.config import ModelConfig
+from pygpt.data.conll import entities
 from pygpt.data.labelled import Encoded, Example
 from pygpt.export import export
 from pygpt.families import build
-from pygpt.tokenizer import WordPieceTokenizer
+from pygpt.tokenizer import WordPieceTokenizer, word_spans
 from pygpt_runtime.onnx_bert import OnnxBERT
 from test_classify import run
 
@@ -31,6 +33,7 @@ VARIANTS = {  # name -> (transformers class, config)
     "mlm": ("BertForMaskedLM", dict(layer_norm_eps=1e-7)),
     "pretraining": ("BertForPreTraining", dict(hidden_act="gelu_new", type_vocab_size=3)),
     "classifier": ("BertForSequenceClassification", {}),
+    "tagger": ("BertForTokenClassification", dict(id2label={0: "O", 1: "B-PER", 2: "I-PER"})),
     "mlm-untied": ("BertForMaskedLM", dict(tie_word_embeddings=False)),
     "mlm-narrow": ("BertForMaskedLM", dict(intermediate_size=100)),  # not 4 x hidden_size
 }
@@ -75,6 +78,8 @@ def test_outputs_equal_transformers_on_padded_batches(imported, name, kernels):
                      (torch.tanh(model.pooler(hidden[:, 0])), out.pooler_output)]
         elif name == "classifier":
             pairs = [(ours.logits, out.logits)]
+        elif name == "tagger":
+            pairs = [(ours.logits[real], out.logits[real])]
         elif name == "pretraining":
             pairs = [(model.mlm(hidden)[real], out.prediction_logits[real]),
                      (ours.nsp_logits, out.seq_relationship_logits)]
@@ -143,6 +148,26 @@ def test_classify_and_runner_on_an_imported_classifier(imported, tmp_path):
     assert run(pygpt.classify.main, ["--ckpt", str(run_dir), "--text", TEXTS[0]]).strip()
 
 
+def test_tag_on_an_imported_tagger(imported):
+    """pygpt.tag's entities on an imported BertForTokenClassification are those of
+    transformers' logits at each word's first piece."""
+    _, hf_model, run_dir = imported["tagger"]
+    model, tokenizer, labels = pygpt.tag.load_tagger(str(run_dir))
+    assert labels == ["O", "B-PER", "I-PER"]
+    text = "to be or not to be, that is the questions!"
+    spans = word_spans(text)
+    pieces = [tokenizer.encode(text[s:e]) for s, e in spans]
+    specials = tokenizer.special_tokens
+    ids = torch.tensor([[specials["[CLS]"], *sum(pieces, []), specials["[SEP]"]]])
+    firsts = [1 + sum(len(p) for p in pieces[:k]) for k in range(len(pieces))]
+    with torch.no_grad():
+        best = hf_model(input_ids=ids).logits[0].argmax(-1)
+    tags = [labels[int(best[at])] for at in firsts]
+    expected = [(e.type, spans[e.start][0], spans[e.end - 1][1]) for e in entities(tags)]
+    assert expected and pygpt.tag.tag_text(model, tokenizer, labels, text) == expected
+    assert any(len(p) > 1 for p in pieces)  # "questions": a word of two pieces
+
+
 def test_fine_tune_an_imported_encoder_to_classify(imported, tmp_path):
     _, _, run_dir = imported["encoder"]
     data = tmp_path / "train.tsv"
@@ -156,10 +181,31 @@ def test_fine_tune_an_imported_encoder_to_classify(imported, tmp_path):
     assert checkpoint.load_labels(tmp_path / "cls") == ["a", "b"]
 
 
+def test_fine_tune_an_imported_encoder_to_tag(imported, tmp_path):
+    """--task tag --init-from an imported BertModel: its encoder (unchanged at --lr 0), a
+    per-token head."""
+    _, _, run_dir = imported["encoder"]
+    data = tmp_path / "train.conll"
+    data.write_text("".join(f"the\tO\nquestion\t{'BI'[i % 2]}-X\nend\tO\n\n" for i in range(20)))
+    code, message = train_cli(["--task", "tag", "--init-from", str(run_dir), "--data", str(data),
+                               "--out", str(tmp_path / "ner"), "--max-iters", "2", "--lr", "0",
+                               "--batch-size", "4", "--eval-interval", "2", "--eval-iters", "1",
+                               "--threads", "1"])
+    assert (code, message) == (0, None)
+    assert checkpoint.load_labels(tmp_path / "ner") == ["O", "B-X", "I-X"]
+    tuned, _ = pygpt.load(tmp_path / "ner")
+    source, _ = pygpt.load(run_dir)
+    assert tuned.config.pooling == "token" and tuned.classifier[1].weight.shape == (3, 32)
+    for name, t in source.state_dict().items():
+        if name.startswith(("embed.", "blocks.")):
+            assert torch.equal(tuned.state_dict()[name], t), name
+
+
 @pytest.mark.parametrize("name, auto", [("pretraining", "AutoModelForPreTraining"),
                                         ("mlm", "AutoModelForMaskedLM"),
                                         ("mlm-untied", "AutoModelForMaskedLM"),
-                                        ("classifier", "AutoModelForSequenceClassification")])
+                                        ("classifier", "AutoModelForSequenceClassification"),
+                                        ("tagger", "AutoModelForTokenClassification")])
 def test_round_trip_hf_pygpt_hf_is_bit_identical(imported, tmp_path, name, auto):
     folder, hf_model, run_dir = imported[name]
     assert convert("--to-hf", run_dir, "--out", tmp_path / "hf") == (0, None)
@@ -172,8 +218,8 @@ def test_round_trip_hf_pygpt_hf_is_bit_identical(imported, tmp_path, name, auto)
             t = original["cls.predictions.decoder.bias"]
         assert torch.equal(exported[key], t), key
     reloaded = load_hf(tmp_path / "hf", auto)
-    if name == "classifier":
-        assert reloaded.config.id2label == {0: "neg", 1: "pos", 2: "mixed"}
+    if name in ("classifier", "tagger"):
+        assert reloaded.config.id2label == hf_model.config.id2label
     ids = torch.tensor([[2, 7, 8, 9, 3]])
     with torch.no_grad():
         for a, b in zip(reloaded(ids).to_tuple(), hf_model(ids).to_tuple()):
@@ -200,6 +246,8 @@ def random_bert(folder, **config):
     ({}, ()),  # next-sentence head on: BertForPreTraining holds every tensor
     ({"nsp": False, "norm_eps": 1e-12}, ("pooler.",)),  # BertForMaskedLM: no pooler
     ({"num_labels": 2, "pooling": "cls", "activation": "gelu_tanh"}, ("mlm.", "nsp.")),
+    # BertForTokenClassification: an entity tagger, without pooler or masked-LM head
+    ({"num_labels": 3, "pooling": "token", "nsp": False}, ("mlm.", "pooler.")),
 ])
 def test_pygpt_bert_round_trip(tmp_path, config, kept):
     """pygpt -> HF -> pygpt: every tensor the HF class holds comes back bit for bit (those it
@@ -209,7 +257,8 @@ def test_pygpt_bert_round_trip(tmp_path, config, kept):
     architecture = json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"][0]
     hf_model = load_hf(tmp_path / "hf", "AutoModelFor" + {
         "BertForPreTraining": "PreTraining", "BertForMaskedLM": "MaskedLM",
-        "BertForSequenceClassification": "SequenceClassification"}[architecture])
+        "BertForSequenceClassification": "SequenceClassification",
+        "BertForTokenClassification": "TokenClassification"}[architecture])
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     specials = tokenizer.special_tokens
     for text in TEXTS:
@@ -219,7 +268,10 @@ def test_pygpt_bert_round_trip(tmp_path, config, kept):
     with torch.no_grad():
         out = hf_model(input_ids=ids, attention_mask=mask, token_type_ids=seg)
         ours = model.eval()(ids, seg, lengths)
-        if model.config.num_labels:
+        if model.config.pooling == "token":  # per token: the real ones (padding is not read)
+            real = mask.bool()
+            torch.testing.assert_close(out.logits[real], ours.logits[real], atol=1e-5, rtol=1e-5)
+        elif model.config.num_labels:
             torch.testing.assert_close(out.logits, ours.logits, atol=1e-5, rtol=1e-5)
         else:
             mlm = out.prediction_logits if model.config.nsp else out.logits
@@ -243,7 +295,7 @@ def test_pygpt_bert_round_trip(tmp_path, config, kept):
     ({"is_decoder": True}, "is_decoder"),
     ({"hidden_act": "relu"}, "hidden_act"),
     ({"intermediate_size": -1}, "intermediate_size"),
-    ({"architectures": ["BertForTokenClassification"]}, "BertForTokenClassification"),
+    ({"architectures": ["BertForQuestionAnswering"]}, "BertForQuestionAnswering"),
     ({"problem_type": "regression"}, "problem_type"),
     ({"id2label": {"0": "a", "2": "b", "1": "c", "5": "d"}}, "id2label"),
     # labels classify would refuse in labels.json are refused before any is written

@@ -36,7 +36,8 @@ LAYERS = [
     ["pygpt.storage"],  # checkpoints: saving, loading, older formats, the --resume state
     ["pygpt.training", "pygpt.pruning"],
     ["pygpt.export", "pygpt.hf"],
-    ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.speakers",
+    ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.tag",
+     "pygpt.speakers",
      "pygpt.translate", "pygpt.attention", "pygpt.convert", "pygpt.serve", "pygpt.prune",
      "pygpt"],  # command lines (the server's package), and the package's pygpt.load
 ]

@@ -16,16 +16,17 @@ from typing import Any, Optional, Union
 
 
 def opt(default: Any, help: str, family: Union[None, str, tuple[str, ...]] = None,
-        listed: Optional[tuple[str, ...]] = None, task: Optional[str] = None,
-        file: bool = False) -> Any:
+        listed: Optional[tuple[str, ...]] = None,
+        task: Union[None, str, tuple[str, ...]] = None, file: bool = False) -> Any:
     """A dataclass field with its --help text and tags. `family`: the model families (arch) the
-    field applies to, if not every family has it; `task`: the one training task it applies to;
+    field applies to, if not every family has it; `task`: the training tasks it applies to;
     `file`: the field names an input file (made absolute when a run records it); `listed`: a
     field saved only where set (not at its default) but always by these families (whose
     config.json held it before: it stays so)."""
     families = (family,) if isinstance(family, str) else family
+    tasks = (task,) if isinstance(task, str) else task
     return field(default=default, metadata={"help": help, "family": families, "listed": listed,
-                                            "task": task, "file": file})
+                                            "task": tasks, "file": file})
 
 
 def families_of(f: dataclasses.Field) -> Optional[tuple[str, ...]]:

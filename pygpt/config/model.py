@@ -69,11 +69,13 @@ class ModelConfig:
                           "masked-LM only, as RoBERTa)", "bert")
     num_labels: int = opt(0, "bert: classes of the classification head (0: none; fine-tuning "
                              "sets it from the labels)", "bert")
-    pooling: Literal["cls", "mean"] = opt(
+    pooling: Literal["cls", "mean", "token"] = opt(
         "cls", "bert: what the classification head reads: the pooler's [CLS] vector (pretrained "
-               "only by next-sentence prediction) or the mean of the final hidden states over "
+               "only by next-sentence prediction), the mean of the final hidden states over "
                "the real tokens (pretrained by the masked-LM; the bert presets' choice, as it "
-               "transfers better; cls is what checkpoints saved without this field used)", "bert")
+               "transfers better; cls is what checkpoints saved without this field used), or "
+               "each token's own final hidden state, one label per token (--task tag's entity "
+               "tagger)", "bert")
     # seq2seq only.
     n_dec_layer: int = opt(0, "seq2seq: decoder blocks (0: as many as --n-layer, the "
                               "encoder's)", "seq2seq")

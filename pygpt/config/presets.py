@@ -41,6 +41,16 @@ PRESETS: dict[str, Preset] = {
         TrainConfig(tokenizer="wordpiece", task="classify", batch_size=32, lr=5e-4,
                     warmup_iters=30, schedule="cosine", weight_decay=0.01, max_iters=600,
                     eval_interval=50, eval_iters=10)),
+    # Fine-tuning a BERT to tag named entities (--task tag): bert-classify's schedule, the
+    # head reading each token; from scratch without next-sentence prediction, which a tagger
+    # never uses.
+    "bert-tag": Preset(
+        ModelConfig(arch="bert", vocab_size=2000, block_size=64, n_layer=4, n_head=4, n_embd=128,
+                    dropout=0.1, norm="post", embed_norm=True, final_norm=False, nsp=False,
+                    pooling="token"),
+        TrainConfig(tokenizer="wordpiece", task="tag", batch_size=32, lr=5e-4,
+                    warmup_iters=30, schedule="cosine", weight_decay=0.01, max_iters=600,
+                    eval_interval=50, eval_iters=10)),
     # The Transformer paper's translator sized for 2 CPU cores (3 + 3 pre-norm blocks, joint BPE):
     # 11 epochs of Multi30k; wsd (val ppl 14.9 after 400 steps there, the paper's inverse_sqrt 17).
     "seq2seq": Preset(

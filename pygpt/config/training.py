@@ -25,14 +25,17 @@ class TrainConfig:
                 "--vocab-size tokens")
     init_from: Optional[str] = opt(None, "fine-tune: start from this checkpoint's weights and "
                                          "tokenizer (it is never modified)", file=True)
-    task: Literal["pretrain", "classify"] = opt(
+    task: Literal["pretrain", "classify", "tag"] = opt(
         "pretrain", "pretrain: next-token (gpt) or masked-LM (bert) on a text; classify: train a "
                     "bert to classify labelled texts (--data: TSV or CSV with label and text "
                     "columns, optionally text_pair), usually --init-from a pretrained bert; its "
-                    "default preset is bert-classify")
-    val_data: Optional[str] = opt(None, "classify: labelled validation data (default: a "
-                                        "stratified tenth of --data held out)", "bert",
-                                  task="classify", file=True)
+                    "default preset is bert-classify; tag: train a bert to tag named entities "
+                    "(--data: CoNLL, a word and its BIO tag a line, a blank line between "
+                    "sentences), its default preset bert-tag")
+    val_data: Optional[str] = opt(None, "classify, tag: labelled validation data (default: a "
+                                        "tenth of --data held out, stratified by label for "
+                                        "classify, of the sentences for tag)", "bert",
+                                  task=("classify", "tag"), file=True)
     src_data: Optional[str] = opt(None, "seq2seq: source sentences, one a line (.gz: gzip)",
                                   "seq2seq", file=True)
     tgt_data: Optional[str] = opt(None, "seq2seq: their translations, line for line", "seq2seq",

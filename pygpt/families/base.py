@@ -56,6 +56,11 @@ class Family:
         """The preset a run of this family starts from when --preset is not given."""
         return self.default_preset
 
+    def head_task(self, model_cfg: ModelConfig) -> str:
+        """The task whose head a model of model_cfg carries (what a run without saved training
+        settings, a converted model's, trains it for): pretrain by default."""
+        return "pretrain"
+
     def check_settings(self, model_cfg: ModelConfig, train_cfg: TrainConfig,
                        given: set[str]) -> None:
         """Refuses (ValueError, one line) settings that do not apply to this family; given: the
@@ -73,8 +78,9 @@ class Family:
         for f in dataclasses.fields(train_cfg):
             if not (f.name in given or f.metadata["file"] and getattr(train_cfg, f.name)):
                 continue
-            if f.metadata["task"] not in (None, train_cfg.task):
-                raise ValueError(f"{flag(f.name)} is for --task {f.metadata['task']}, not "
+            tasks = f.metadata["task"]
+            if tasks is not None and train_cfg.task not in tasks:
+                raise ValueError(f"{flag(f.name)} is for --task {' or '.join(tasks)}, not "
                                  f"{train_cfg.task}")
             families = families_of(f)
             if families is not None and self.name not in families:

@@ -1,6 +1,6 @@
 """The encoder-only BERT: masked-LM (and next-sentence) pretraining on a text, fine-tuning to
-classify labelled texts (--task classify), fill-mask, and its export as one encoder graph
-(pygpt.onnx.bert)."""
+classify labelled texts (--task classify) or to tag named entities in CoNLL sentences (--task
+tag), fill-mask, and its export as one encoder graph (pygpt.onnx.bert)."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,6 +8,7 @@ import shlex
 
 from pygpt.onnx.bert import export_bert
 from pygpt.families.base import Family
+from pygpt.data.conll import read_conll
 from pygpt.data.labelled import read_labelled
 from pygpt.data.mlm import MLMBatches
 from pygpt.data.common import IGNORE_INDEX
@@ -15,32 +16,43 @@ from pygpt.inspect.attention_maps import MapInputs, batch_rows, encode_text
 from pygpt.models import BERT
 from pygpt.nn.distill_loss import LogitRows
 from pygpt.tasks import Classification, MaskedLanguageModelling
+from pygpt.tasks.tagging import Tagging
 from pygpt.tokenizer import require_specials
 
-CLASSIFY_PRESET = "bert-classify"  # the preset of --task classify
+# The preset of each fine-tuning task and what its --data holds.
+FINE_TUNING = {"classify": ("bert-classify", "a TSV or CSV file with label and text columns"),
+               "tag": ("bert-tag", "a CoNLL file, a word and its BIO tag a line")}
 
 
 class BERTFamily(Family):
     name = "bert"
     model = BERT
     default_preset = "bert-baby"
-    tasks = ("pretrain", "classify")
+    tasks = ("pretrain", "classify", "tag")
     specials = True  # [PAD] [UNK] [CLS] [SEP] [MASK]
     text_specials = ("[CLS]", "[SEP]")
 
     def preset_for(self, task):
-        return CLASSIFY_PRESET if task == "classify" else self.default_preset
+        return FINE_TUNING[task][0] if task in FINE_TUNING else self.default_preset
+
+    def head_task(self, model_cfg):
+        if not model_cfg.num_labels:
+            return "pretrain"
+        return "tag" if model_cfg.pooling == "token" else "classify"
 
     def check_settings(self, model_cfg, train_cfg, given):
         super().check_settings(model_cfg, train_cfg, given)
-        if train_cfg.task != "classify":
+        task = train_cfg.task
+        if task not in FINE_TUNING:
             return
         if "num_labels" in given:
-            raise ValueError("--task classify takes the number of classes from the labels in "
+            raise ValueError(f"--task {task} takes the number of classes from the labels in "
                              "--data; --num-labels cannot set it")
         if train_cfg.data is None:
-            raise ValueError("--task classify needs --data: a TSV or CSV file with label and "
-                             "text columns")
+            raise ValueError(f"--task {task} needs --data: {FINE_TUNING[task][1]}")
+        if (task == "tag") != (model_cfg.pooling == "token"):
+            raise ValueError(f"--pooling {model_cfg.pooling} does not fit --task {task}: "
+                             "pooling token (a label per token) is --task tag's, and only its")
 
     def prepare_config(self, model_cfg, train_cfg, task, source_labels):
         """A classifier's head sized by its data's labels; pretraining a classifier further
@@ -62,6 +74,8 @@ class BERTFamily(Family):
     def tokenizer_text(self, train_cfg):
         if train_cfg.task == "pretrain":
             return super().tokenizer_text(train_cfg)
+        if train_cfg.task == "tag":  # a tagger's tokenizer (trained from scratch): its words
+            return ["\n".join(" ".join(s.words) for s in read_conll(train_cfg.data).sentences)]
         # A classifier's tokenizer (trained from scratch): its texts.
         return ["\n".join(t for e in read_labelled(train_cfg.data) for t in (e.text, e.text_pair)
                           if t)]
@@ -70,6 +84,9 @@ class BERTFamily(Family):
         if train_cfg.task == "classify":
             return Classification.from_files(train_cfg.data, train_cfg.val_data, tokenizer,
                                              model_cfg.block_size, labels)
+        if train_cfg.task == "tag":
+            return Tagging.from_files(train_cfg.data, train_cfg.val_data, tokenizer,
+                                      model_cfg.block_size, labels)
         return MaskedLanguageModelling(MLMBatches.from_file(train_cfg.data, tokenizer,
                                                             model_cfg.block_size,
                                                             nsp=model_cfg.nsp))
@@ -102,6 +119,9 @@ class BERTFamily(Family):
         return export_bert(model, tokenizer, labels, out_dir, quantize)
 
     def next_command(self, ckpt, model_cfg, train_cfg):
+        if train_cfg.task == "tag" or model_cfg.num_labels and model_cfg.pooling == "token":
+            return (f"python -m pygpt.tag --ckpt {shlex.quote(ckpt)} "
+                    "--text 'Peter Blackburn flew to Brussels'")
         if train_cfg.task == "classify" or model_cfg.num_labels:
             return (f"python -m pygpt.classify --ckpt {shlex.quote(ckpt)} "
                     "--text 'a text to classify'")

@@ -1,5 +1,5 @@
-"""BERT (`transformers`' BertModel, BertForMaskedLM, BertForPreTraining and
-BertForSequenceClassification) as pygpt's BERT, both ways.
+"""BERT (`transformers`' BertModel, BertForMaskedLM, BertForPreTraining,
+BertForSequenceClassification and BertForTokenClassification) as pygpt's BERT, both ways.
 
 pygpt's BERT with post-norm blocks, a layer norm after the embeddings, learned absolute
 positions and segment embeddings is BERT's architecture. Where they differ in storage:
@@ -9,11 +9,15 @@ positions and segment embeddings is BERT's architecture. Where they differ in st
 - `layer_norm_eps` (1e-12 in BERT) is our norm_eps.
 pygpt's BERT always holds a pooler and a masked-LM head. A folder without them (BertModel, as
 sentence-embedding models ship it, possibly without its pooler; BertForMaskedLM, which has no
-pooler; BertForSequenceClassification, which has no masked-LM head) gets them freshly
+pooler; BertForSequenceClassification, which has no masked-LM head; BertForTokenClassification,
+which has neither) gets them freshly
 initialised, as `transformers` does when a model class adds a head: the tensors the folder holds
 give the same logits. An export writes only what the target class holds: BertForPreTraining
-(pygpt's next-sentence head on), BertForMaskedLM (off) or BertForSequenceClassification (a
-classifier, with id2label); a pooler or masked-LM head the class lacks is not written.
+(pygpt's next-sentence head on), BertForMaskedLM (off), BertForSequenceClassification (a
+classifier, with id2label) or BertForTokenClassification (an entity tagger, pooling "token",
+with id2label: its tags); a pooler or masked-LM head the class lacks is not written. Both
+classifiers are dropout and one linear map named `classifier`; the architecture in config.json
+says whether it reads the pooled [CLS] or each token.
 Refused, naming the field: relative position_embedding_type, a decoder or cross-attention, an
 activation other than GELU (exact or tanh), an MLP not 4x wide, regression or multi-label problem types; and on
 export pygpt's options BERT lacks (pre-norm, rotary, ALiBi, relative positions, mean pooling)."""
@@ -27,8 +31,9 @@ from pygpt.hf.mapping import (Layout, TensorMap, check_architectures, head_width
                               layer_size_reasons, linear, refuse, setting, stacked)
 
 MODEL_TYPE = "bert"
+TOKEN_CLASSIFIER = "BertForTokenClassification"
 ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining",
-                 "BertForSequenceClassification")
+                 "BertForSequenceClassification", TOKEN_CLASSIFIER)
 PREFIX = "bert."  # the task classes' name for the BertModel inside them
 MLM, NSP, CLASSIFIER, POOLER = ("cls.predictions.", "cls.seq_relationship.", "classifier.",
                                 "pooler.")
@@ -70,6 +75,7 @@ def mlm_maps(cfg: ModelConfig) -> list[TensorMap]:
 def import_layout(hf: dict[str, Any], names: set[str]) -> Layout:
     """The pygpt BERT of a BERT config.json whose weights file holds the tensors `names`."""
     check_architectures(hf, ARCHITECTURES)
+    architectures = setting(hf, "architectures", None, list) or []
     hidden = setting(hf, "hidden_size", 768, int)
     reasons = []
     position = setting(hf, "position_embedding_type", "absolute", str)
@@ -105,7 +111,8 @@ def import_layout(hf: dict[str, Any], names: set[str]) -> Layout:
             embed_norm=True, final_norm=False, tie_weights=tie,
             norm_eps=setting(hf, "layer_norm_eps", 1e-12, float),
             type_vocab_size=setting(hf, "type_vocab_size", 2, int),
-            nsp=f"{NSP}weight" in names, num_labels=len(labels or ()), pooling="cls")
+            nsp=f"{NSP}weight" in names, num_labels=len(labels or ()),
+            pooling="token" if TOKEN_CLASSIFIER in architectures else "cls")
     except ValueError as e:
         raise ValueError(f"config.json: {e}") from None
     pooler = f"{prefix}{POOLER}dense.weight" in names
@@ -126,7 +133,7 @@ def label_names(hf: dict[str, Any]) -> list[str]:
     """A classifier's class names in the order of its outputs, from id2label."""
     id2label = setting(hf, "id2label", None, dict)
     if not id2label:
-        raise ValueError("config.json: a sequence classifier needs id2label (its class names)")
+        raise ValueError("config.json: a classifier needs id2label (its class names)")
     try:
         by_id = {int(i): name for i, name in id2label.items()}
     except ValueError:
@@ -167,8 +174,9 @@ def export_config(cfg: ModelConfig, special_tokens: dict[str, int],
         reasons.append("final_norm is on (a post-norm BERT has no final norm)")
     if cfg.activation not in TO_HF_ACTIVATION:
         reasons.append(f"activation is {cfg.activation!r} (pygpt's BERT head has GELU only)")
-    if cfg.num_labels and cfg.pooling != "cls":
-        reasons.append(f"pooling is {cfg.pooling!r} (BERT's classifier reads the pooled [CLS])")
+    if cfg.num_labels and cfg.pooling == "mean":
+        reasons.append("pooling is 'mean' (BERT's classifier reads the pooled [CLS] or each "
+                       "token)")
     if cfg.type_vocab_size < 1:
         reasons.append("type_vocab_size is 0 (BERT has segment embeddings)")
     refuse("this BERT to Hugging Face", reasons)
@@ -182,7 +190,11 @@ def export_config(cfg: ModelConfig, special_tokens: dict[str, int],
         "layer_norm_eps": cfg.norm_eps, "initializer_range": 0.02,
         "position_embedding_type": "absolute", "tie_word_embeddings": cfg.tie_weights,
         "pad_token_id": special_tokens.get("[PAD]", 0), "dtype": "float32"}
-    if cfg.num_labels:
+    if cfg.num_labels and cfg.pooling == "token":
+        hf.update(architectures=[TOKEN_CLASSIFIER], id2label=dict(enumerate(labels)),
+                  label2id={n: i for i, n in enumerate(labels)})
+        maps = encoder_maps(cfg, PREFIX, False) + linear("classifier.1", CLASSIFIER[:-1])
+    elif cfg.num_labels:
         hf.update(architectures=["BertForSequenceClassification"],
                   id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)},
                   problem_type="single_label_classification")

@@ -7,7 +7,9 @@ are post-norm ("Add & Norm", as in BERT) or pre-norm (then with a final norm), p
 Heads: the pooler (tanh of a linear map of the [CLS] vector), the masked-LM head (a transform,
 GELU, layer norm, then a decoder tied to the token embedding, with its own bias), the
 next-sentence head on the pooled vector, and a classification head when `num_labels` > 0,
-reading the pooled [CLS] vector or (pooling "mean") the mean hidden state of the real tokens.
+reading the pooled [CLS] vector, (pooling "mean") the mean hidden state of the real tokens, or
+(pooling "token") each token's hidden state, for a label per token (entity tagging; as
+Hugging Face's BertForTokenClassification: dropout, then one linear map, named `classifier`).
 Initialisation as BERT's: every weight ~ N(0, 0.02), biases zero, layer norms at identity.
 """
 from __future__ import annotations
@@ -29,7 +31,7 @@ class BertOutput(NamedTuple):
     loss: Optional[torch.Tensor]  # the sum of the losses whose labels were given
     mlm_logits: Optional[torch.Tensor]  # (n masked, V) with mlm_labels, else (B, T, V)
     nsp_logits: Optional[torch.Tensor]  # (B, 2): is B the true next segment?
-    logits: Optional[torch.Tensor]  # (B, num_labels), with a classification head
+    logits: Optional[torch.Tensor]  # (B, num_labels), or (B, T, num_labels) with pooling token
 
 
 def mean_over_tokens(h: torch.Tensor, lengths: Optional[torch.Tensor]) -> torch.Tensor:
@@ -114,7 +116,9 @@ class BERT(KernelModule):
                 labels: Optional[torch.Tensor] = None) -> BertOutput:
         """The heads' logits and, for the labels given, the sum of their mean cross-entropies:
         mlm_labels (B, T) (IGNORE_INDEX where nothing is to be predicted; the vocabulary is
-        projected at those positions only), nsp_labels (B,) (1: B follows A), labels (B,)."""
+        projected at those positions only), nsp_labels (B,) (1: B follows A), labels (B,), or
+        with pooling "token" (B, T) (IGNORE_INDEX where no label is due: a word's later pieces,
+        specials, padding; the loss is the mean over the others)."""
         return self.heads(self.encode(input_ids, segment_ids, lengths), lengths, mlm_labels,
                           nsp_labels, labels)
 
@@ -138,12 +142,18 @@ class BERT(KernelModule):
             losses.append(ce(nsp_logits, nsp_labels))
         logits = None
         if self.classifier is not None:
-            logits = self.classifier(pooled if self.config.pooling == "cls"
+            pooling = self.config.pooling
+            logits = self.classifier(h if pooling == "token" else pooled if pooling == "cls"
                                      else mean_over_tokens(h, lengths))
         if labels is not None:
             if logits is None:
                 raise ValueError("labels given to a BERT without a classification head "
                                  "(num_labels is 0)")
-            losses.append(ce(logits, labels))
+            if self.config.pooling == "token":
+                at = labels != IGNORE_INDEX
+                if at.any():  # a batch may hold no labelled token (then no loss, as for mlm)
+                    losses.append(ce(logits[at], labels[at]))
+            else:
+                losses.append(ce(logits, labels))
         loss = torch.stack(losses).sum() if losses else None
         return BertOutput(loss, mlm_logits, nsp_logits, logits)

@@ -86,7 +86,11 @@ def _check_against_torch(model: BERT, path: Path, tol: float = 1e-4) -> None:
 def export_bert(model: BERT, tokenizer, labels: Optional[list[str]], out_dir,
                 quantize: Optional[Int8Settings] = None) -> list[Path]:
     """Exports a loaded BERT (with its tokenizer, and labels for a classifier) into out_dir
-    (with quantize, its int8 copy too); returns the files written."""
+    (with quantize, its int8 copy too); returns the files written. An entity tagger (pooling
+    "token") is refused: the runtime and the server read a classifier's logits per text."""
+    if model.classifier is not None and model.config.pooling == "token":
+        raise ValueError("an entity tagger (pooling token, --task tag) has no ONNX export yet; "
+                         "use python -m pygpt.tag on the checkpoint")
     require_specials(tokenizer.special_tokens, ("[PAD]", "[CLS]", "[SEP]", "[MASK]"),
                      "a BERT export's runner")
     model.eval()

@@ -10,6 +10,9 @@ looks inside either.
   accuracy.
 - Classification (BERT fine-tuning): labelled texts (pygpt.data.labelled); reports loss,
   accuracy and macro-F1, on the whole validation set every time.
+- Tagging (BERT fine-tuning; pygpt.tasks.tagging): CoNLL sentences, a tag per word; reports
+  loss and word accuracy, and from the model's tags over whole validation sentences
+  entity-level precision, recall and F1 (micro, and F1 per type) in its `model_metrics`.
 - Translation (seq2seq; pygpt.tasks.seq2seq): sentence pairs in token-budget
   batches (`by_tokens`: ranks draw their own batches instead of slicing one by rows), and
   validation BLEU from its `model_metrics`.
@@ -152,10 +155,29 @@ class MaskedLanguageModelling(_DrawnEvaluation):
                 f"(masked-LM {record['val_mlm_loss']:.4f}, acc {record['val_mlm_acc']:.3f}{nsp})")
 
 
-class Classification(_DrawnEvaluation):
-    """Labelled examples (their classes `labels`, sorted), batches drawn at random for training;
-    an evaluation passes over the whole validation set in order, and over eval_iters random
-    batches of the training set. Accuracy and macro-F1 come from per-class counts summed over
+class FineTuning(_DrawnEvaluation):
+    """What the fine-tuning tasks share: their encoded splits (`splits`: "train" and "val",
+    each with draw and in_order), batches drawn at random for training; an evaluation passes
+    over the whole validation set in order, and over eval_iters random batches of the training
+    set."""
+
+    splits: dict[str, Any]
+
+    def batch(self, split, batch_size, generator=None):
+        return self.splits[split].draw(batch_size, generator)
+
+    def eval_batches(self, split, batch_size, generator, iters):
+        if split == "val":
+            return self.splits["val"].in_order(batch_size)
+        return super().eval_batches(split, batch_size, generator, iters)
+
+    def tokens(self, batch):
+        return int(batch.lengths.sum())
+
+
+class Classification(FineTuning):
+    """Labelled examples (their classes `labels`, sorted), evaluated on the whole validation
+    set (FineTuning). Accuracy and macro-F1 come from per-class counts summed over
     the evaluation, never from per-batch means. The loop sizes the model's head by `labels` and
     saves them with each checkpoint."""
 
@@ -180,22 +202,11 @@ class Classification(_DrawnEvaluation):
         return cls(Encoded(train, labels, tokenizer, block_size, data),
                    Encoded(val, labels, tokenizer, block_size, val_data or data), labels)
 
-    def batch(self, split, batch_size, generator=None):
-        return self.splits[split].draw(batch_size, generator)
-
     def summary(self):
         train, val = (len(self.splits[s]) for s in ("train", "val"))
         shown = ", ".join(self.labels[:10]) + (", ..." if len(self.labels) > 10 else "")
         return (f"{train:,} training and {val:,} validation examples of {len(self.labels)} "
                 f"labels: {shown}")
-
-    def eval_batches(self, split, batch_size, generator, iters):
-        if split == "val":
-            return self.splits["val"].in_order(batch_size)
-        return super().eval_batches(split, batch_size, generator, iters)
-
-    def tokens(self, batch):
-        return int(batch.lengths.sum())
 
     def metrics(self, output, batch):
         n = batch.labels.numel()

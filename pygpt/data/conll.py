@@ -1,0 +1,273 @@
+"""Token-tagged text in the CoNLL format, for named-entity tagging (--task tag): reading a file,
+the entities its tags mark, the label set, and a sentence's rows for the model (its words'
+WordPiece pieces, the tag on each word's first piece; a sentence longer than the context split at
+words into overlapping rows, each word predicted from the row that reads it with the most
+context).
+
+A file is UTF-8 text, one word a line: the word, whitespace, then its tag as the line's last
+column (so CoNLL-2003's four columns read as well as "word TAB tag"); a blank line ends a
+sentence, and CoNLL-2003's "-DOCSTART-" lines are skipped. Tags are BIO (IOB2): O outside an
+entity, B-TYPE at an entity's first word, I-TYPE inside it. An I-TYPE that does not continue an
+entity of its type (after O, after another type, at a sentence's start: an IOB1 file such as
+CoNLL-2003's own, or a slip) begins a new entity, as conlleval and seqeval read it; reading
+rewrites it as B-TYPE and counts it (`repaired`), so that training learns one scheme. Any other
+tag (BIOES's S- and E-, a bare type) is refused, as is a line with no tag. Every problem is a
+ValueError naming the file and line.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Mapping, NamedTuple, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from pygpt.data.common import IGNORE_INDEX, pad_rows
+from pygpt.tokenizer import require_specials
+
+DOCUMENT_START = "-DOCSTART-"
+OUTSIDE = "O"
+OVERLAP_SHARE = 4  # a long sentence's rows overlap by a quarter of a row's pieces
+
+
+class Sentence(NamedTuple):
+    words: tuple[str, ...]
+    tags: tuple[str, ...]  # BIO, repaired
+    line: int  # of its first word, for error messages
+
+
+class Tagged(NamedTuple):
+    sentences: list[Sentence]
+    repaired: int  # I- tags read as B- (they began an entity)
+
+
+class Entity(NamedTuple):
+    type: str
+    start: int  # its first word
+    end: int  # one past its last word
+
+
+def _check_tag(tag: str, where: str) -> None:
+    if tag == OUTSIDE:
+        return
+    prefix, dash, kind = tag.partition("-")
+    if not (dash and prefix in ("B", "I") and kind and kind.isprintable() and kind.strip() == kind):
+        raise ValueError(f"{where}: tag {tag[:40]!r} is not O, B-TYPE or I-TYPE: tags must be "
+                         "BIO (IOB2; an IOB1 file such as CoNLL-2003's reads as BIO too)")
+
+
+def repair(tags: Sequence[str]) -> tuple[list[str], int]:
+    """tags with every I-TYPE that does not continue an entity of its type made B-TYPE, and
+    how many were."""
+    out, fixed, before = [], 0, OUTSIDE
+    for tag in tags:
+        if tag.startswith("I-") and before[2:] != tag[2:]:
+            tag, fixed = "B-" + tag[2:], fixed + 1
+        out.append(tag)
+        before = tag
+    return out, fixed
+
+
+def entities(tags: Sequence[str]) -> list[Entity]:
+    """The entities BIO tags mark, in order (an I- that begins one counts as its B-)."""
+    found: list[Entity] = []
+    kind, start = None, 0
+    for i, tag in enumerate([*tags, OUTSIDE]):
+        continues = tag.startswith("I-") and tag[2:] == kind
+        if kind is not None and not continues:
+            found.append(Entity(kind, start, i))
+            kind = None
+        if tag != OUTSIDE and not continues:
+            kind, start = tag[2:], i
+    return found
+
+
+def read_conll(path: Union[str, Path]) -> Tagged:
+    """The sentences of a CoNLL file (module docstring)."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no file at {path}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    sentences: list[Sentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    first, repaired = 0, 0
+
+    def end_sentence() -> None:
+        nonlocal repaired
+        if words:
+            fixed_tags, fixed = repair(tags)
+            repaired += fixed
+            sentences.append(Sentence(tuple(words), tuple(fixed_tags), first))
+            words.clear()
+            tags.clear()
+
+    for number, line in enumerate(text.splitlines(), start=1):
+        columns = line.split()
+        if not columns:
+            end_sentence()
+            continue
+        if columns[0] == DOCUMENT_START:
+            end_sentence()
+            continue
+        where = f"{path}, line {number}"
+        if len(columns) < 2:
+            raise ValueError(f"{where}: {columns[0][:40]!r} has no tag; each line holds a word "
+                             "and its tag, separated by whitespace")
+        _check_tag(columns[-1], where)
+        if not words:
+            first = number
+        words.append(columns[0])
+        tags.append(columns[-1])
+    end_sentence()
+    if not sentences:
+        raise ValueError(f"{path}: no tagged words")
+    return Tagged(sentences, repaired)
+
+
+def held_out(sentences: Sequence[Sentence], fraction: float, seed: int,
+             path: Union[str, Path]) -> tuple[list[Sentence], list[Sentence]]:
+    """(train, val): round(fraction * n) sentences (at least one, leaving one to train on)
+    drawn at random with a fixed seed, so the split is a function of the file; both keep file
+    order."""
+    n = len(sentences)
+    if n < 2:
+        raise ValueError(f"{path}: one sentence cannot be split into training and validation; "
+                         "give --val-data")
+    take = min(max(round(fraction * n), 1), n - 1)
+    val = set(torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:take].tolist())
+    return ([s for i, s in enumerate(sentences) if i not in val],
+            [s for i, s in enumerate(sentences) if i in val])
+
+
+def labels(sentences: Sequence[Sentence]) -> list[str]:
+    """The tags a model predicts: O, then each type's B- and I-, types sorted (an I- is there
+    even when the data holds only one-word entities of its type)."""
+    kinds = sorted({tag[2:] for s in sentences for tag in s.tags if tag != OUTSIDE})
+    return [OUTSIDE, *(f"{p}-{kind}" for kind in kinds for p in "BI")]
+
+
+class Window(NamedTuple):
+    """A model row over part of a sentence: [CLS] its words' pieces [SEP]."""
+    ids: list[int]
+    labels: list[int]  # per position: the word's tag id at its first piece, else IGNORE_INDEX
+    first: int  # the sentence's first word in it
+    firsts: list[int]  # the position of each of its words' first piece
+
+
+def overlap_for(block_size: int) -> int:
+    """The overlap (in pieces) of a long sentence's rows in a context of block_size."""
+    return max(block_size - 2, 0) // OVERLAP_SHARE
+
+
+def windows(pieces: Sequence[Sequence[int]], tag_ids: Sequence[int], cls: int, sep: int,
+            most: int, overlap: int) -> list[Window]:
+    """A sentence's words (their pieces, their tag ids) in rows of at most `most` positions: one
+    row when they fit; else rows that end at word boundaries, each after the first starting at
+    least `overlap` pieces before the end of the one before (so every word is read with context
+    on both sides in some row). A word of more pieces than a row holds keeps its first ones."""
+    room = most - 2
+    if room < 1 or not 0 <= overlap < room:
+        raise ValueError(f"a row of {most} positions with an overlap of {overlap} holds no word")
+    if not all(pieces):
+        raise ValueError("every word needs at least one piece")
+    sizes = [min(len(p), room) for p in pieces]
+    rows, start = [], 0
+    while True:
+        end, used = start, 0
+        while end < len(sizes) and used + sizes[end] <= room:
+            used += sizes[end]
+            end += 1
+        rows.append(_window(pieces, tag_ids, sizes, start, end, cls, sep))
+        if end >= len(sizes):
+            return rows
+        back, kept = end, 0  # the next row repeats the last words of at least `overlap` pieces
+        while back - 1 > start and kept < overlap:
+            back -= 1
+            kept += sizes[back]
+        start = back if back > start else end
+
+
+def _window(pieces: Sequence[Sequence[int]], tag_ids: Sequence[int], sizes: Sequence[int],
+            start: int, end: int, cls: int, sep: int) -> Window:
+    ids, labels, firsts = [cls], [IGNORE_INDEX], []
+    for w in range(start, end):
+        firsts.append(len(ids))
+        word = list(pieces[w][:sizes[w]])
+        ids += word
+        labels += [tag_ids[w]] + [IGNORE_INDEX] * (len(word) - 1)
+    return Window(ids + [sep], labels + [IGNORE_INDEX], start, firsts)
+
+
+def best_windows(rows: Sequence[Window], n_words: int) -> list[tuple[int, int]]:
+    """For each word of a sentence, the row that reads it with the most context (the larger of
+    its words before and after being the smaller, as for a document stride) and its position
+    there: where its prediction is taken."""
+    best: list[tuple[int, int, int]] = [(-1, -1, -1)] * n_words  # (context, row, position)
+    for r, row in enumerate(rows):
+        for k, at in enumerate(row.firsts):
+            word = row.first + k
+            context = min(k, len(row.firsts) - 1 - k)
+            if context > best[word][0]:
+                best[word] = (context, r, at)
+    return [(r, at) for _, r, at in best]
+
+
+class TagBatch(NamedTuple):
+    """One batch of rows, batch first; its fields are the tagger's keyword arguments."""
+    input_ids: torch.Tensor    # (B, T) int64; [PAD] past lengths
+    segment_ids: torch.Tensor  # (B, T) int64: all 0 (one segment)
+    lengths: torch.Tensor      # (B,) int64: real tokens, specials included
+    labels: torch.Tensor       # (B, T) int64: a word's tag id at its first piece, else ignored
+
+
+class EncodedTags:
+    """Sentences as the model's rows (windows), ready to batch: each word's pieces from the
+    tokenizer ([UNK] for a word it gives none), tags as indices into `labels`."""
+
+    def __init__(self, sentences: Sequence[Sentence], labels: Sequence[str], tokenizer,
+                 block_size: int, overlap: int, path: Union[str, Path] = "the data"):
+        specials: Mapping[str, int] = tokenizer.special_tokens
+        require_specials(specials, ("[PAD]", "[CLS]", "[SEP]", "[UNK]"), "tagging rows")
+        index = {label: i for i, label in enumerate(labels)}
+        self.pad = specials["[PAD]"]
+        self.rows: list[Window] = []
+        self.sentence_of: list[int] = []  # each row's sentence
+        for n, s in enumerate(sentences):
+            unknown = sorted(set(s.tags) - set(index))
+            if unknown:
+                raise ValueError(f"{path}, line {s.line}: tags {', '.join(unknown)} are not the "
+                                 f"model's ({', '.join(labels)})")
+            try:
+                pieces = [tokenizer.encode(word) or [specials["[UNK]"]] for word in s.words]
+            except ValueError as e:
+                raise ValueError(f"{path}, line {s.line}: {e}") from None
+            for row in windows(pieces, [index[t] for t in s.tags], specials["[CLS]"],
+                               specials["[SEP]"], block_size, overlap):
+                self.rows.append(row)
+                self.sentence_of.append(n)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def batch(self, which: Sequence[int]) -> TagBatch:
+        """The rows `which`, padded to the longest (labels with IGNORE_INDEX)."""
+        rows = [self.rows[i] for i in which]
+        ids = [np.array(r.ids, dtype=np.int64) for r in rows]
+        input_ids, segment_ids, lengths = pad_rows(ids, [len(r) for r in ids], self.pad)
+        labels = torch.full_like(input_ids, IGNORE_INDEX)
+        for b, r in enumerate(rows):
+            labels[b, :len(r.labels)] = torch.tensor(r.labels)
+        return TagBatch(input_ids, segment_ids, lengths, labels)
+
+    def draw(self, batch_size: int, generator: Optional[torch.Generator] = None) -> TagBatch:
+        """batch_size rows drawn at random (with replacement)."""
+        return self.batch(torch.randint(len(self), (batch_size,), generator=generator).tolist())
+
+    def in_order(self, batch_size: int) -> Iterator[TagBatch]:
+        """Every row once, in order, batch_size at a time (the last batch may be smaller)."""
+        for start in range(0, len(self), batch_size):
+            yield self.batch(range(start, min(start + batch_size, len(self))))

@@ -1,0 +1,108 @@
+"""`python -m pygpt.tag --ckpt runs/ner --text "Peter Blackburn flew to Brussels"`: the named
+entities a BERT tagger (python -m pygpt.train --task tag) finds in a text, one a line with its
+type and character span [start, end) in the text; or, with --data, its entity-level precision,
+recall and F1 per type and micro-averaged on a CoNLL file (conlleval's exact-span rule)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Optional, Sequence
+
+from pygpt.config import KERNEL_SETS
+from pygpt.data.conll import OUTSIDE, EncodedTags, Sentence, entities, overlap_for, read_conll
+from pygpt.models import BERT
+from pygpt.storage.checkpoint import load, load_labels
+from pygpt.tasks.entities import EntityScore, score
+from pygpt.tasks.tagging import predict_tags
+from pygpt.tokenizer import require_specials, word_spans
+from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
+
+
+def load_tagger(ckpt: str, kernels: str = "ext") -> tuple[BERT, object, list[str]]:
+    """(model, tokenizer, tags) of an entity tagger's checkpoint; a ValueError for any other."""
+    model, tokenizer = load(ckpt, kernels=kernels)
+    labels = load_labels(ckpt)
+    if not isinstance(model, BERT) or labels is None or model.config.pooling != "token":
+        raise ValueError(f"{ckpt} holds no entity tagger (a bert with pooling token); train one "
+                         "with python -m pygpt.train --task tag")
+    require_specials(tokenizer.special_tokens, tokenizer.encoding_needs, "texts to tag")
+    return model, tokenizer, labels
+
+
+def encode(sentences: Sequence[Sentence], model: BERT, tokenizer, labels: Sequence[str],
+           source: object) -> EncodedTags:
+    """sentences as the tagger's rows, split and overlapping as in training."""
+    block = model.config.block_size
+    return EncodedTags(sentences, labels, tokenizer, block, overlap_for(block), source)
+
+
+def tag_text(model: BERT, tokenizer, labels: Sequence[str], text: str
+             ) -> list[tuple[str, int, int]]:
+    """The entities of text, in order: (type, start, end), [start, end) its characters. The
+    text is cut into words as a WordPiece tokenizer splits it (whitespace, each punctuation
+    character), which is how CoNLL files hold them."""
+    spans = word_spans(text)
+    if not spans:
+        raise ValueError("--text holds no words")
+    words = tuple(text[start:end] for start, end in spans)
+    tags = predict_tags(model, encode([Sentence(words, (OUTSIDE,) * len(words), 1)], model,
+                                      tokenizer, labels, "--text"), labels)[0]
+    return [(e.type, spans[e.start][0], spans[e.end - 1][1]) for e in entities(tags)]
+
+
+def report(scores: dict[str, EntityScore]) -> str:
+    """A table: precision, recall, F1 and gold entities of each type, then the micro average."""
+    width = max(len(kind) for kind in scores)
+    lines = [f"{'type'.ljust(width)}  precision  recall      f1  support"]
+    for kind, s in scores.items():
+        lines.append(f"{kind.ljust(width)}  {s.precision:9.4f}  {s.recall:6.4f}  {s.f1:6.4f}  "
+                     f"{s.support:7d}")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m pygpt.tag", description=__doc__,
+                                formatter_class=HelpFormatter)
+    p.add_argument("--ckpt", default="out", help="an entity tagger's checkpoint folder (python "
+                                                 "-m pygpt.train --task tag)")
+    p.add_argument("--text", default=None, help="a text whose entities to print (default: "
+                                                "none; give --text or --data)")
+    p.add_argument("--data", default=None, help="a CoNLL file (a word and its BIO tag a line, a "
+                                                "blank line between sentences) to score the "
+                                                "tagger on (default: none)")
+    p.add_argument("--batch-size", type=int, default=64, help="rows per forward pass")
+    p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
+                   help="our C++ kernels, or plain PyTorch ops")
+    args = p.parse_args(argv)
+    with exits_cleanly():  # Ctrl-C while scoring, or `| head`: no traceback
+        try:
+            if (args.data is None) == (args.text is None):
+                raise ValueError("give either --data (a CoNLL file) or --text")
+            if args.batch_size < 1:
+                raise ValueError("--batch-size must be at least 1")
+            if args.text is not None:
+                utf8_text(args.text, "--text")
+            model, tokenizer, labels = load_tagger(args.ckpt, args.kernels)
+            if args.text is not None:
+                found = tag_text(model, tokenizer, labels, args.text)
+            else:
+                tagged = read_conll(args.data)
+                encoded = encode(tagged.sentences, model, tokenizer, labels, Path(args.data))
+                predicted = predict_tags(model, encoded, labels, args.batch_size)
+                scores = score([s.tags for s in tagged.sentences], predicted)
+        except (ValueError, FileNotFoundError) as e:
+            raise SystemExit(f"error: {e}") from None
+        if args.text is not None:
+            for kind, start, end in found:
+                print(f"{kind} [{start}, {end}): {' '.join(args.text[start:end].split())}")
+            if not found:
+                print("no entities")
+        else:
+            if tagged.repaired:
+                print(f"{tagged.repaired} I- tags that began an entity were read as B- "
+                      "(conlleval's reading)")
+            print(report(scores))
+
+
+if __name__ == "__main__":
+    main()
