@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from pygpt.mixed_precision import add_dtype_flag, autocast
 from pygpt.storage.checkpoint import load, load_labels
 from pygpt.config import KERNEL_SETS
 from pygpt.data.labelled import Encoded, Example, counts, macro_f1, read_labelled
@@ -16,7 +17,6 @@ from pygpt.decoding.finite import require_finite
 from pygpt.models import BERT
 from pygpt.tokenizer import require_specials
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
-from pygpt.mixed_precision import add_dtype_flag, autocast
 
 
 def classifier_labels(ckpt: str, model: torch.nn.Module, tokenizer) -> list[str]:

@@ -7,13 +7,13 @@ from typing import Optional
 
 import torch
 
+from pygpt.mixed_precision import add_dtype_flag, autocast
 from pygpt.storage.checkpoint import load
 from pygpt.config import KERNEL_SETS
 from pygpt.decoding.finite import require_finite
 from pygpt.models import BERT
 from pygpt.tokenizer import Tokenizer, require_specials
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
-from pygpt.mixed_precision import add_dtype_flag, autocast
 
 MASK = "[MASK]"
 

@@ -15,6 +15,7 @@ from typing import Optional
 
 import torch
 
+from pygpt.mixed_precision import add_dtype_flag, autocast
 from pygpt.storage.checkpoint import load
 from pygpt.config.flags import use_threads
 from pygpt.config import KERNEL_SETS
@@ -22,7 +23,6 @@ from pygpt.decoding.sampling import Generates, Sampling
 from pygpt_runtime.cli_checks import (HelpFormatter, add_sampling_flags, exits_cleanly,
                                       utf8_text)
 from pygpt_runtime.text import decode_stream
-from pygpt.mixed_precision import add_dtype_flag, autocast
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 
 from pygpt.config import KERNEL_SETS
 from pygpt.data.conll import OUTSIDE, EncodedTags, Sentence, entities, overlap_for, read_conll
+from pygpt.mixed_precision import add_dtype_flag, autocast
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load, load_labels
 from pygpt.tasks.entities import EntityScore, score
@@ -73,8 +74,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="rows per forward pass")
     p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
                    help="our C++ kernels, or plain PyTorch ops")
+    add_dtype_flag(p)
     args = p.parse_args(argv)
-    with exits_cleanly():  # Ctrl-C while scoring, or `| head`: no traceback
+    with exits_cleanly(), autocast("cpu", args.dtype):  # Ctrl-C or `| head`: no traceback
         try:
             if (args.data is None) == (args.text is None):
                 raise ValueError("give either --data (a CoNLL file) or --text")

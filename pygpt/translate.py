@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from pygpt.mixed_precision import add_dtype_flag, autocast
 from pygpt.tasks.bleu import score
 from pygpt.storage.checkpoint import load
 from pygpt.config.flags import use_threads
@@ -26,7 +27,6 @@ from pygpt.tokenizer import require_specials
 from pygpt.decoding.beam_search import Search
 from pygpt_runtime.onnx_search import LENGTH_PENALTY_HELP
 from pygpt_runtime.cli_checks import utf8_text
-from pygpt.mixed_precision import add_dtype_flag, autocast
 
 
 def build_parser() -> argparse.ArgumentParser:
