@@ -19,6 +19,7 @@ Usage:
   python benchmarks/bench_train.py --threads 1 --steps 100
   python benchmarks/bench_train.py --preset shakespeare --batch-size 8 --steps 10
   python benchmarks/bench_train.py --markdown
+  python benchmarks/bench_train.py --dtype bfloat16   # both sets under bfloat16 autocast
 """
 
 import json
@@ -81,7 +82,8 @@ def main(argv=None):
                 print(f"{r['threads']:>7}  {k:>7}  {s['tokens_per_s']:>10,.0f}  "
                       f"{s['median_ms']:>9.1f}  {s['q1_ms']:>6.1f}-{s['q3_ms']:<6.1f}  "
                       f"{ratio:>9}")
-    warn_if_losses_differ(results, "ext", "torch")
+    # Under autocast the two sets round differently (our ops compute in float32).
+    warn_if_losses_differ(results, "ext", "torch", tol=1e-3 if args.dtype == "float32" else 3e-2)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,10 @@ import time
 import torch
 
 from machine import cpu_model, isa_note, use_isa
+from pygpt.config import DTYPES
 from pygpt.config.presets import PRESETS, preset
 from pygpt.data.text import TokenSplits, read_text
+from pygpt.mixed_precision import autocast, grad_scaler
 from pygpt.models import GPT
 from pygpt.tokenizer import CharTokenizer
 from pygpt.training import lr_at, make_optimizer, train_step
@@ -53,13 +55,16 @@ class Trainer:
                            if compile_mode is not False else self.model)
         self.cfg = train_cfg
         self.optimizer = make_optimizer(self.model, train_cfg)
+        self.scaler = grad_scaler("cpu", train_cfg.dtype or "float32")
         self.step_no = 0
 
     def step(self, batches):
         """batches: grad_accum (x, y) pairs. Returns (seconds, loss)."""
         t0 = time.perf_counter()
         total = train_step(self.model, self.optimizer, batches, lr_at(self.step_no, self.cfg),
-                           self.cfg.grad_clip, forward=self.step_model)
+                           self.cfg.grad_clip, forward=self.step_model,
+                           autocast=lambda: autocast("cpu", self.cfg.dtype or "float32"),
+                           scaler=self.scaler)
         dt = time.perf_counter() - t0
         self.step_no += 1
         return dt, total
@@ -118,6 +123,8 @@ def parser(doc, side, threads, steps, warmup, warmup_help):
     p.add_argument("--block-size", type=int, default=None,
                    help="override the preset's context length")
     p.add_argument("--dropout", type=float, default=None, help="override the preset's dropout")
+    p.add_argument("--dtype", choices=DTYPES, default="float32",
+                   help="number type of the matrix products (autocast; default float32)")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
     p.add_argument("--json", action="store_true", help="print the raw results as JSON lines")
     p.add_argument("--isa", choices=["avx512", "avx2", "base"], default=None,
@@ -132,7 +139,7 @@ def parse(p, argv):
     if args.steps < 1 or args.warmup < 0 or args.block < 1:
         p.error("--steps and --block must be >= 1, --warmup >= 0")
     chosen = preset(args.preset)
-    model_cfg, train_cfg = chosen.model, chosen.train
+    model_cfg, train_cfg = chosen.model, dataclasses.replace(chosen.train, dtype=args.dtype)
     if args.block_size is not None:
         model_cfg = dataclasses.replace(model_cfg, block_size=args.block_size)
     if args.dropout is not None:
