@@ -1,10 +1,11 @@
 // Support shared by the native CUDA kernel tests: the ctest skip code when there is no device,
-// a checked device buffer, and host-side bfloat16 rounding (round to nearest even, as the
-// kernels' __float2bfloat16_rn does).
+// a checked device buffer, and host-side bfloat16 and float16 rounding (round to nearest even, as
+// the kernels' __float2bfloat16_rn and __float2half_rn do).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -60,6 +61,42 @@ inline float bf16_bits_to_float(uint16_t b) {
 }
 
 inline float round_to_bf16(float f) { return bf16_bits_to_float(float_to_bf16_bits(f)); }
+
+// float16 bits of f rounded to nearest even, worked out in double arithmetic (a different route
+// from the emulator's integer one, so that each checks the other): the value is scaled by its
+// float16 quantum, rounded with nearbyint (the default mode rounds half to even) and re-encoded.
+// Overflow gives infinity; a NaN gives a NaN (its payload is not specified here).
+inline uint16_t float_to_fp16_bits(float f) {
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  if (std::isnan(f)) return 0x7e00;
+  const double a = std::fabs(static_cast<double>(f));
+  if (a >= 65520.0) return sign | 0x7c00;  // past the largest finite value, 65504, by half a step
+  int e;
+  std::frexp(a, &e);                              // a = m * 2^e, m in [0.5, 1)
+  const int quantum_exp = std::max(e - 1, -14) - 10;  // 10 fraction bits; subnormals below 2^-14
+  const double r = std::nearbyint(std::ldexp(a, -quantum_exp));  // a in quanta, rounded
+  const double v = std::ldexp(r, quantum_exp);
+  if (v == 0.0) return sign;
+  if (v < 0x1p-14) return sign | static_cast<uint16_t>(std::ldexp(v, 24));  // subnormal
+  const int ve = std::ilogb(v);  // v = 1.f * 2^ve, ve in [-14, 15]
+  const auto fraction = static_cast<uint16_t>(std::ldexp(v, 10 - ve) - 1024.0);
+  return sign | static_cast<uint16_t>((ve + 15) << 10) | fraction;
+}
+
+inline float fp16_bits_to_float(uint16_t h) {
+  const int exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
+  double v;
+  if (exponent == 0x1f) {
+    v = fraction ? std::nan("") : HUGE_VAL;
+  } else if (exponent == 0) {
+    v = std::ldexp(static_cast<double>(fraction), -24);
+  } else {
+    v = std::ldexp(1024.0 + fraction, exponent - 25);
+  }
+  return static_cast<float>((h & 0x8000) ? -v : v);
+}
+
+inline float round_to_fp16(float f) { return fp16_bits_to_float(float_to_fp16_bits(f)); }
 
 // `bytes` of device memory, NaN-filled (0xff bytes) so that unwritten outputs show; get() takes a
 // byte offset, so that tests can hand kernels pointers that are not 16-byte aligned.

@@ -13,7 +13,8 @@
 // NaN-filled; it and every cudaMalloc buffer end at an inaccessible guard page, so reading past
 // the end faults. Launch limits are enforced: 1024 threads, grid sizes, 48 KB of dynamic shared
 // memory unless the kernel opted in, up to PYGPT_EMU_SMEM_OPTIN bytes (default 166912, the
-// A100's; 65536 emulates an sm_75 card).
+// A100's; 65536 emulates an sm_75 card). The tensor-core instructions behind csrc/cuda/
+// tensor_core.cuh (mma, ldmatrix, cp.async) are in warp_matrix.h, float16 in cuda_fp16.h.
 //
 // What it cannot check: anything about the real hardware (the memory model between blocks,
 // which run one after another here; warp-synchronous code without __syncwarp happens to work;
@@ -150,6 +151,7 @@ struct Device {
   jmp_buf scheduler;
   std::function<void()> body;
   std::vector<uint64_t> lane_slots[2];  // shuffle exchange, one per thread, alternating
+  uint64_t blocks_started = 0;          // tells per-thread state of an earlier block (cp.async)
   void* dynamic_shared = nullptr;
   const char* kernel_name = "";
   std::map<const void*, size_t> optin;  // per-kernel dynamic shared memory limit
@@ -256,7 +258,8 @@ __attribute__((noinline)) inline void run_thread(int t) {
 // others), so that both a reader that falls behind and a writer that runs ahead get caught.
 inline void run_block(size_t shared_bytes) {
   Device& d = device();
-  std::memset(d.dynamic_shared, 0xff, shared_bytes);  // NaN in float32 and bfloat16
+  std::memset(d.dynamic_shared, 0xff, shared_bytes);  // NaN in float32, bfloat16 and float16
+  ++d.blocks_started;
   d.done = d.at_block_barrier = 0;
   d.at_warp_barrier.assign((d.threads + 31) / 32, 0);
   d.ready.clear();
