@@ -8,6 +8,7 @@
 #include "bindings/checks.h"
 #include "bindings/cuda_utils.h"
 #include "cuda/attention.h"
+#include "cuda/attention_tc.h"
 
 namespace pygpt {
 namespace {
@@ -31,6 +32,17 @@ AttentionArgs checked_args(const at::Tensor& q, const at::Tensor& k, const at::T
   return args;
 }
 
+// Whether the forward runs on the tensor cores (cuda/attention_tc.h): bfloat16 at head dim 64
+// or 128 (Dk == Dv) on sm_80 and later; other calls keep the float32-math kernel. Its out and
+// lse are the other kernel's, so the backward is the same either way.
+bool uses_tensor_cores(const AttentionShape& s, const at::Tensor& q, const at::Tensor& k,
+                       const at::Tensor& v, const at::Tensor& out) {
+  return q.scalar_type() == at::kBFloat16 &&
+         at::cuda::getDeviceProperties(q.get_device())->major >= 8 &&
+         cuda::attention_forward_tc_supported(s, q.const_data_ptr(), k.const_data_ptr(),
+                                              v.const_data_ptr(), out.const_data_ptr());
+}
+
 std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k,
                                                   const at::Tensor& v, bool causal,
                                                   std::optional<double> scale,
@@ -44,10 +56,17 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
   const c10::cuda::CUDAGuard guard(q.device());
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   const AttentionOutputs o = attention_outputs(s, q, at::kFloat);
-  C10_CUDA_CHECK(cuda::attention_forward(s, cuda_dtype(q), qc.const_data_ptr(), kc.const_data_ptr(),
-                                         vc.const_data_ptr(), o.out.data_ptr(),
-                                         o.lse.data_ptr<float>(), current_stream(),
-                                         args.bias<float>()));
+  if (uses_tensor_cores(s, qc, kc, vc, o.out)) {
+    C10_CUDA_CHECK(cuda::attention_forward_tc(s, cuda::HalfType::kBFloat16, qc.const_data_ptr(),
+                                              kc.const_data_ptr(), vc.const_data_ptr(),
+                                              o.out.data_ptr(), o.lse.data_ptr<float>(),
+                                              current_stream(), args.bias<float>()));
+  } else {
+    C10_CUDA_CHECK(cuda::attention_forward(s, cuda_dtype(q), qc.const_data_ptr(),
+                                           kc.const_data_ptr(), vc.const_data_ptr(),
+                                           o.out.data_ptr(), o.lse.data_ptr<float>(),
+                                           current_stream(), args.bias<float>()));
+  }
   return {o.out, o.lse};
 }
 
