@@ -8,16 +8,18 @@
 #   3. benchmarks every op against what a GPU user would call instead (benchmarks/gpu_bench.py);
 #   4. trains the `shakespeare` preset with our kernels and with plain PyTorch from the same
 #      seed and compares the losses and tokens/s (benchmarks/gpu_train.py);
+#   5. times GPT-2 small training in bfloat16: pygpt on both kernel sets, a plain PyTorch GPT-2
+#      (eager and compiled) and transformers' (benchmarks/gpu_gpt2.py);
 # and writes OUTDIR/report.md (benchmarks/gpu_report.py) beside the raw logs: build.log,
-# tests.log, native.log, bench.log, train.log. A failed step is recorded and the script goes on
-# to the next one that does not need it; each step has a time limit, and all of them together
+# tests.log, native.log, bench.log, train.log, gpt2.log. A failed step is recorded and the script
+# goes on to the next one that does not need it; each step has a time limit, and all of them together
 # stay under GPU_CHECK_BUDGET_S seconds (default 450, so the call ends within 8 minutes).
 #
 # Usage: benchmarks/gpu_check.sh OUTDIR [--dry-run] [--skip STEP,...]
 #   --dry-run   every step on the CPU, at tiny sizes (the build only checks the extension in
 #               place; the native step builds and runs one test on the host CUDA emulator), to
 #               prove the script where there is no GPU
-#   --skip      leave out any of: tests, native, bench, train (e.g. on a rerun after a fix)
+#   --skip      leave out any of: tests, native, bench, train, gpt2 (e.g. on a rerun after a fix)
 # Environment: PYTHON (default python3), GPU_CHECK_BUDGET_S. Exit status 0 when every step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -143,10 +145,13 @@ fi
 if [ $built -ne 0 ]; then
   wanted bench && note bench "skipped: no extension"
   wanted train && note train "skipped: no extension"
+  wanted gpt2 && note gpt2 "skipped: no extension"
   finish
 fi
-wanted bench && run_step bench 180 70 "$out/bench.log" \
+wanted bench && run_step bench 180 190 "$out/bench.log" \
   "$PY" benchmarks/gpu_bench.py --table "$work/bench.md" $dry
-wanted train && run_step train 150 10 "$out/train.log" \
+wanted train && run_step train 150 110 "$out/train.log" \
   "$PY" benchmarks/gpu_train.py --work "$work" --table "$work/train.md" $dry
+wanted gpt2 && run_step gpt2 110 0 "$out/gpt2.log" \
+  "$PY" benchmarks/gpu_gpt2.py --table "$work/gpt2.md" $dry
 finish

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Writes OUTDIR/report.md for benchmarks/gpu_check.sh from what its steps left: the machine's
 facts (env.json), each step's result and time (steps.tsv), the build's first compiler errors,
-the pytest and ctest summaries and failures, the benchmark table (bench.md) and the training
-comparison (train.md). The logs stay beside it in OUTDIR; the other files are in WORKDIR.
+the pytest and ctest summaries and failures, the benchmark table (bench.md), the training
+comparison (train.md) and GPT-2 small's training speeds (gpt2.md). The logs stay beside it in OUTDIR; the other files are in WORKDIR.
 
 Usage: python benchmarks/gpu_report.py --out OUTDIR --work WORKDIR [--dry-run]
 """
@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-SECTIONS = ("Device", "Steps", "Build", "Tests", "Benchmarks", "Training")
+SECTIONS = ("Device", "Steps", "Build", "Tests", "Benchmarks", "Training", "GPT-2 small")
 
 
 def read(path: Path) -> str:
@@ -89,6 +89,8 @@ def main() -> None:
                        [f"No table: the bench step {results.get('bench', ('was not run',))[0]}."]),
         "Training": (read(args.work / "train.md").splitlines() or
                      [f"No table: the train step {results.get('train', ('was not run',))[0]}."]),
+        "GPT-2 small": (read(args.work / "gpt2.md").splitlines() or
+                        [f"No table: the gpt2 step {results.get('gpt2', ('was not run',))[0]}."]),
     }
     lines = [title, ""]
     for name in SECTIONS:

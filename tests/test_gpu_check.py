@@ -1,7 +1,8 @@
 """benchmarks/gpu_check.sh, the one call a lent GPU machine gets, proven on the CPU: its dry run
 goes through every step (the build's op check, the CUDA test files, a native CUDA test on the
-host emulator, the benchmark of every op, the training comparison) and writes a report with
-every section, a benchmark row for every op of the registry and the two runs' losses; OUTDIR
+host emulator, the benchmark of every op, the training comparison, GPT-2 small's training speeds)
+and writes a report with every section, a benchmark row for every op of the registry, the two
+runs' losses and a row for each way of training GPT-2; OUTDIR
 holds only what the device tool brings back. Out of time or told to skip, steps are recorded as
 such, the report is still written and the exit status says so."""
 import os
@@ -17,8 +18,9 @@ from pygpt.ops.registry import OPS
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "benchmarks" / "gpu_check.sh"
-SECTIONS = ["Device", "Steps", "Build", "Tests", "Benchmarks", "Training"]
-LOGS = {"report.md", "build.log", "tests.log", "native.log", "bench.log", "train.log"}
+SECTIONS = ["Device", "Steps", "Build", "Tests", "Benchmarks", "Training", "GPT-2 small"]
+LOGS = {"report.md", "build.log", "tests.log", "native.log", "bench.log", "train.log",
+        "gpt2.log"}
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("ctest") is None,
                                 reason="cmake/ctest not installed (the native step needs them)")
@@ -52,7 +54,7 @@ def test_the_dry_run_passes_every_step(dry_run):
     done, _, report = dry_run
     assert done.returncode == 0, done.stdout + done.stderr
     assert step_results(report) == {step: "ok" for step in (
-        "env", "build", "tests", "native-build", "native-tests", "bench", "train")}
+        "env", "build", "tests", "native-build", "native-tests", "bench", "train", "gpt2")}
     assert list(sections(report)) == SECTIONS
     assert done.stdout.rstrip().endswith(report.rstrip())  # the report ends the output
 
@@ -67,6 +69,10 @@ def test_the_report_says_what_each_step_found(dry_run):
     assert "Losses agree" in parts["Training"]
     assert re.search(r"^\| 4 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|", parts["Training"],
                      flags=re.MULTILINE)
+    for model in ("pygpt --kernels ext", "pygpt --kernels torch",
+                  "plain PyTorch (SDPA, fused AdamW)", "transformers GPT2LMHeadModel (sdpa)"):
+        assert re.search(rf"^\| {re.escape(model)} \| [\d.]+M \| [\d.]+ \| [\d,]+ \|",
+                         parts["GPT-2 small"], flags=re.MULTILINE), model
 
 
 def test_every_op_is_benchmarked_forward_and_backward(dry_run):
@@ -99,7 +105,8 @@ def test_steps_out_of_time_or_skipped_are_recorded(tmp_path):
     assert step_results(report) == {
         "env": "not run: out of time", "native": "skipped: --skip",
         "build": "not run: out of time", "tests": "skipped: --skip",
-        "bench": "skipped: no extension", "train": "skipped: no extension"}
+        "bench": "skipped: no extension", "train": "skipped: no extension",
+        "gpt2": "skipped: no extension"}
     assert "No table: the bench step skipped: no extension." in report
 
 
