@@ -2,9 +2,9 @@
 goes through every step (the build's op check, the CUDA test files, a native CUDA test on the
 host emulator, the benchmark of every op, the training comparison, GPT-2 small's training speeds)
 and writes a report with every section, a benchmark row for every op of the registry, the two
-runs' losses and a row for each way of training GPT-2; OUTDIR
-holds only what the device tool brings back. Out of time or told to skip, steps are recorded as
-such, the report is still written and the exit status says so."""
+runs' losses and a row for each way of training GPT-2; OUTDIR holds only what the device tool
+brings back. Out of time or told to skip, steps are recorded as such, the report is still
+written and the exit status says so."""
 import os
 import re
 import shutil
