@@ -297,3 +297,24 @@ def test_generate_computes_in_its_dtype(tiny_ckpt, capsys):
         ids = model.generate(torch.tensor([tokenizer.encode("First")]), 30,
                              sampling=pygpt.decoding.sampling.Sampling(greedy=True))
     assert printed.rstrip("\n") == tokenizer.decode(ids[0].tolist())
+
+
+def test_a_gpt_compiles_whole_under_autocast():
+    """torch.compile(fullgraph=True) of a GPT under bfloat16 autocast: the ops' precision rule
+    traces without a graph break and gives eager's loss and gradients."""
+    cfg = dataclasses.replace(TINY_MODEL, block_size=16, vocab_size=40)
+    torch.manual_seed(0)
+    eager = GPT(cfg)
+    compiled_model = GPT(cfg)
+    compiled_model.load_state_dict(eager.state_dict())
+    compiled = torch.compile(compiled_model, fullgraph=True)
+    idx = torch.randint(0, 40, (2, 16), generator=torch.Generator().manual_seed(1))
+    losses = []
+    for forward in (eager, compiled):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = forward(idx, targets=idx).loss
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[1], losses[0])
+    for a, b in zip(eager.parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(b.grad, a.grad)
