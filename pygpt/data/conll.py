@@ -17,7 +17,7 @@ ValueError naming the file and line.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, NamedTuple, Optional, Sequence, Union
+from typing import Mapping, NamedTuple, Sequence, Union
 
 import numpy as np
 import torch

@@ -17,7 +17,7 @@ from pygpt.data.common import IGNORE_INDEX
 from pygpt.inspect.attention_maps import MapInputs, batch_rows, encode_text
 from pygpt.models import BERT
 from pygpt.nn.distill_loss import LogitRows
-from pygpt.tasks import Classification, MaskedLanguageModelling
+from pygpt.tasks import TOKEN_HEADS, Classification, MaskedLanguageModelling
 from pygpt.tasks.qa import QuestionAnswering
 from pygpt.tasks.tagging import Tagging
 from pygpt.tokenizer import require_specials
@@ -26,8 +26,9 @@ from pygpt.tokenizer import require_specials
 FINE_TUNING = {"classify": ("bert-classify", "a TSV or CSV file with label and text columns"),
                "tag": ("bert-tag", "a CoNLL file, a word and its BIO tag a line"),
                "qa": ("bert-qa", "a SQuAD v1.1 or v2.0 JSON file")}
-# The tasks whose head reads each token, and how (every other task's reads one vector a row).
-TOKEN_POOLING = {"tag": "token", "qa": "span"}
+# The tasks whose head reads each token, and their pooling (every other task's reads one vector
+# a row).
+TOKEN_POOLING = {head.task: pooling for pooling, head in TOKEN_HEADS.items()}
 
 
 class BERTFamily(Family):

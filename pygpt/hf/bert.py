@@ -22,8 +22,9 @@ linear map named `classifier`; the architecture in config.json says whether it r
 [CLS] or each token. The question answerer's `qa_outputs` is our classifier's linear map (two
 outputs a token, start and end; its labels are pygpt.tasks.qa's SPAN_LABELS, not id2label's).
 Refused, naming the field: relative position_embedding_type, a decoder or cross-attention, an
-activation other than GELU (exact or tanh), an MLP not 4x wide, regression or multi-label problem types; and on
-export pygpt's options BERT lacks (pre-norm, rotary, ALiBi, relative positions, mean pooling)."""
+activation other than GELU (exact or tanh), an MLP not 4x wide, regression or multi-label problem types,
+BertForQuestionAnswering without qa_outputs (or weights with it under another class), a
+qa_outputs of other than two outputs; and on export pygpt's options BERT lacks (pre-norm, rotary, ALiBi, relative positions, mean pooling)."""
 from __future__ import annotations
 
 from typing import Any, Optional
