@@ -388,6 +388,16 @@ def test_unsupported_bert_configs_are_named(imported, tmp_path, setting, named):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_question_answerer_of_other_than_two_outputs_is_refused(tmp_path):
+    """transformers builds qa_outputs with num_labels outputs; pygpt's span head has two."""
+    bert_folder(tmp_path / "hf", "BertForQuestionAnswering")  # id2label: three labels
+    code, message = convert("--from-hf", tmp_path / "hf", "--out", tmp_path / "run")
+    assert code == 1 and "\n" not in message
+    assert message.endswith("id2label has 3 labels (a question answerer's qa_outputs gives two "
+                            "a token: start and end)")
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("config, named", [
     (dict(norm="pre", final_norm=True), "norm is 'pre'"),
     (dict(pos_encoding="rotary"), "pos_encoding is 'rotary'"),
