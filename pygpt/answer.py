@@ -9,9 +9,8 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from pygpt.config import KERNEL_SETS
 from pygpt.data.squad import EncodedQA, Question, questions_of, read_squad
-from pygpt.mixed_precision import add_dtype_flag, autocast
+from pygpt.mixed_precision import add_batch_flags, autocast
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load, load_labels
 from pygpt.tasks.qa import SPAN_LABELS, Prediction, answers_scored, predict_answers, unanswerable
@@ -65,10 +64,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                         "the best span's by more than --null-threshold")
     p.add_argument("--null-threshold", type=float, default=0.0,
                    help="how far the [CLS] score must beat the best span's for no answer")
-    p.add_argument("--batch-size", type=int, default=64, help="rows per forward pass")
-    p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
-                   help="our C++ kernels, or plain PyTorch ops")
-    add_dtype_flag(p)
+    add_batch_flags(p, "rows")
     args = p.parse_args(argv)
     with exits_cleanly(), autocast("cpu", args.dtype):  # Ctrl-C or `| head`: no traceback
         try:

@@ -9,9 +9,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from pygpt.mixed_precision import add_dtype_flag, autocast
+from pygpt.mixed_precision import add_batch_flags, autocast
 from pygpt.storage.checkpoint import load, load_labels
-from pygpt.config import KERNEL_SETS
 from pygpt.data.labelled import Encoded, Example, counts, macro_f1, read_labelled
 from pygpt.decoding.finite import require_finite
 from pygpt.models import BERT
@@ -91,10 +90,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                    help="one text to classify (default: none; instead of --data)")
     p.add_argument("--text-pair", default=None, help="with --text: its second text, for a model "
                                                      "fine-tuned on pairs (default: none)")
-    p.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
-    p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
-                   help="our C++ kernels, or plain PyTorch ops")
-    add_dtype_flag(p)
+    add_batch_flags(p, "examples")
     args = p.parse_args(argv)
     with exits_cleanly(), autocast("cpu", args.dtype):  # Ctrl-C or `| head`: no traceback
         try:
