@@ -244,6 +244,23 @@ def test_training_logs_the_squad_scores_of_the_saved_model(answerer, tmp_path):
                       f"{len(questions)} questions")
 
 
+def test_val_data_is_scored_whole_and_a_resumed_run_keeps_its_head(tmp_path):
+    """--val-data: all its questions are scored (the fixture's v2.0 kinds apart); --resume
+    continues an answerer with its span labels."""
+    out = tmp_path / "run"
+    pygpt.train.main(["--task", "qa", "--data", str(FIXTURE), "--val-data", str(FIXTURE),
+                      "--out", str(out), "--vocab-size", "200", "--max-iters", "2",
+                      "--eval-interval", "2", *SHAPE])
+    model, tokenizer = pygpt.load(out)
+    questions = questions_of(read_squad(FIXTURE))
+    scores = answers_scored(questions, predict_answers(
+        model.eval(), EncodedQA(questions, tokenizer, model.config.block_size), True))
+    assert metrics(out)[-1]["val_f1"] == pytest.approx(scores["f1"])
+    assert "val_no_ans_exact" in metrics(out)[-1]
+    pygpt.train.main(["--out", str(out), "--resume", "--max-iters", "3", "--quiet"])
+    assert metrics(out)[-1]["step"] == 3 and load_labels(out) == SPAN_LABELS
+
+
 def test_answer_prints_a_span_of_the_context(answerer):
     context = "The Rhine rises in the Swiss Alps and flows north to the North Sea."
     lines = run(pygpt.answer.main, ["--ckpt", str(answerer), "--question",
