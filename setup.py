@@ -8,7 +8,7 @@ version, which `import pygpt` checks against the running torch.
 
 Besides pygpt, the build installs pygpt_runtime (export/pygpt_runtime, the torch-free ONNX
 runner that pygpt's own code imports, with the server's playground page) and the console
-commands pygpt-train, pygpt-generate, pygpt-export, pygpt-classify, pygpt-tag,
+commands pygpt-train, pygpt-generate, pygpt-export, pygpt-classify, pygpt-tag, pygpt-answer,
 pygpt-fill-mask, pygpt-translate, pygpt-run and pygpt-serve (whose FastAPI, uvicorn and prometheus_client the
 "serve" extra adds).
 
@@ -195,7 +195,7 @@ setup(
     entry_points={"console_scripts": [
         "pygpt-train=pygpt.train:main", "pygpt-generate=pygpt.generate:main",
         "pygpt-export=pygpt.export:main", "pygpt-classify=pygpt.classify:main",
-        "pygpt-tag=pygpt.tag:main",
+        "pygpt-tag=pygpt.tag:main", "pygpt-answer=pygpt.answer:main",
         "pygpt-fill-mask=pygpt.fill_mask:main", "pygpt-translate=pygpt.translate:main",
         "pygpt-run=pygpt_runtime.command:main", "pygpt-serve=pygpt_runtime.serve.command:main"]},
     ext_modules=[kernel_extension()],

@@ -9,26 +9,28 @@ from typing import Optional, Sequence
 
 import torch
 
-from pygpt.mixed_precision import add_dtype_flag, autocast
+from pygpt.mixed_precision import add_batch_flags, autocast
 from pygpt.storage.checkpoint import load, load_labels
-from pygpt.config import KERNEL_SETS
 from pygpt.data.labelled import Encoded, Example, counts, macro_f1, read_labelled
 from pygpt.decoding.finite import require_finite
 from pygpt.models import BERT
+from pygpt.tasks import TOKEN_HEADS
 from pygpt.tokenizer import require_specials
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
 
 
 def classifier_labels(ckpt: str, model: torch.nn.Module, tokenizer) -> list[str]:
     """The labels of the classifier loaded from ckpt (model, tokenizer); a ValueError for any
-    other model (an entity tagger's labels are per token: pygpt.tag reads them)."""
+    other model (an entity tagger's or a question answerer's labels are per token: pygpt.tag
+    and pygpt.answer read them)."""
     labels = load_labels(ckpt)
     if not isinstance(model, BERT) or labels is None:
         raise ValueError(f"{ckpt} holds a {model.config.arch} model without a classification "
                          "head; train one with python -m pygpt.train --task classify")
-    if model.config.pooling == "token":
-        raise ValueError(f"{ckpt} holds an entity tagger (a label per token), not a classifier; "
-                         "use python -m pygpt.tag")
+    head = TOKEN_HEADS.get(model.config.pooling)
+    if head is not None:
+        raise ValueError(f"{ckpt} holds {head.what} (a head per token), not a classifier; use "
+                         f"python -m {head.command}")
     require_specials(tokenizer.special_tokens, tokenizer.encoding_needs, "texts to classify")
     return labels
 
@@ -88,10 +90,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                    help="one text to classify (default: none; instead of --data)")
     p.add_argument("--text-pair", default=None, help="with --text: its second text, for a model "
                                                      "fine-tuned on pairs (default: none)")
-    p.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
-    p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
-                   help="our C++ kernels, or plain PyTorch ops")
-    add_dtype_flag(p)
+    add_batch_flags(p, "examples")
     args = p.parse_args(argv)
     with exits_cleanly(), autocast("cpu", args.dtype):  # Ctrl-C or `| head`: no traceback
         try:

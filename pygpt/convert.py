@@ -5,10 +5,11 @@
 
 --from-hf reads a local `transformers` folder (config.json, model.safetensors, the tokenizer's
 files) of GPT2LMHeadModel or GPT2Model, or of BertModel, BertForMaskedLM, BertForPreTraining,
-BertForSequenceClassification or BertForTokenClassification, into a run folder that
-pygpt.generate, fill_mask, classify, tag, train --init-from and export take. --to-hf writes a
-run's GPT as GPT2LMHeadModel, its BERT as BertForPreTraining, BertForMaskedLM,
-BertForSequenceClassification or BertForTokenClassification, with its tokenizer, into a
+BertForSequenceClassification, BertForTokenClassification or BertForQuestionAnswering, into a run
+folder that pygpt.generate, fill_mask, classify, tag, answer, train --init-from and export take.
+--to-hf writes a run's GPT as GPT2LMHeadModel, its BERT as BertForPreTraining, BertForMaskedLM,
+BertForSequenceClassification, BertForTokenClassification or BertForQuestionAnswering, with its
+tokenizer, into a
 new folder `transformers` loads with from_pretrained. What either side cannot represent is
 refused in one line naming the option (pygpt.hf)."""
 from __future__ import annotations

@@ -6,7 +6,8 @@ layer norm, softmax statistics and cross-entropy in float32), while the weights,
 state and the checkpoints stay float32, so a run in any type saves, resumes, exports and
 converts alike. float16's narrow range needs loss scaling (torch.amp.GradScaler); bfloat16 has
 float32's range and needs none. On CUDA, float32 matrix products use TF32 (as nanoGPT and most
-trainers do) and AdamW its fused kernel.
+trainers do) and AdamW its fused kernel. The inference commands take --dtype here, the batch
+commands (classify, tag, answer) with --batch-size and --kernels.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import ContextManager, Optional
 
 import torch
 
-from pygpt.config import DTYPES
+from pygpt.config import DTYPES, KERNEL_SETS
 
 def default_dtype(device: str) -> str:
     """bfloat16 on a CUDA device that computes in it (Ampere on), else float32."""
@@ -69,3 +70,13 @@ def add_dtype_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="number type of the matrix products: bfloat16 or float16 run "
                              "under autocast (the weights stay float32)")
+
+
+def add_batch_flags(parser: argparse.ArgumentParser, unit: str) -> None:
+    """The flags of a command that runs a fine-tuned model over batches of `unit` (classify,
+    tag, answer): --batch-size (64; the command checks it is at least 1), --kernels and
+    --dtype."""
+    parser.add_argument("--batch-size", type=int, default=64, help=f"{unit} per forward pass")
+    parser.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
+                        help="our C++ kernels, or plain PyTorch ops")
+    add_dtype_flag(parser)

@@ -8,9 +8,8 @@ import argparse
 from pathlib import Path
 from typing import Optional, Sequence
 
-from pygpt.config import KERNEL_SETS
 from pygpt.data.conll import OUTSIDE, EncodedTags, Sentence, entities, overlap_for, read_conll
-from pygpt.mixed_precision import add_dtype_flag, autocast
+from pygpt.mixed_precision import add_batch_flags, autocast
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load, load_labels
 from pygpt.tasks.entities import EntityScore, score
@@ -71,10 +70,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--data", default=None, help="a CoNLL file (a word and its BIO tag a line, a "
                                                 "blank line between sentences) to score the "
                                                 "tagger on (default: none)")
-    p.add_argument("--batch-size", type=int, default=64, help="rows per forward pass")
-    p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
-                   help="our C++ kernels, or plain PyTorch ops")
-    add_dtype_flag(p)
+    add_batch_flags(p, "rows")
     args = p.parse_args(argv)
     with exits_cleanly(), autocast("cpu", args.dtype):  # Ctrl-C or `| head`: no traceback
         try:

@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "train.tsv), or train a translator on sentence pairs (--arch seq2seq "
                     "--src-data train.de.gz --tgt-data train.en.gz). Flags not given come from "
                     "the preset (or, with --resume, from the checkpoint being continued). "
-                    "--task tag fine-tunes a BERT to tag named entities in a CoNLL file. A run "
+                    "--task tag fine-tunes a BERT to tag named entities in a CoNLL file, --task "
+                    "qa to answer questions from a context (SQuAD JSON). A run "
                     "locks --out (a second run into it is refused); Ctrl-C or SIGTERM finishes "
                     "the step, saves and exits (130, 143), a second Ctrl-C interrupts; a nan or "
                     "inf loss stops the run (exit 1) before anything is saved.",
@@ -151,7 +152,8 @@ def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any], given:
     fine-tuning (neither changes the weights). A classifier pools as the preset does (mean)
     unless --pooling says otherwise, whatever the pretraining saved: [CLS] pooling reads what
     only next-sentence prediction trained, which fine-tuned 0.06 macro-F1 worse in bench_bert;
-    a tagger reads each token (its preset's pooling token)."""
+    a tagger reads each token (its preset's pooling token), a question answerer each token for
+    a span (pooling span)."""
     source = Path(train_cfg.init_from)
     if "tokenizer" in given:
         raise SystemExit("--init-from keeps the source's tokenizer; --tokenizer cannot change it")

@@ -112,7 +112,8 @@ def test_a_sentence_that_fits_is_one_row_labelled_at_each_words_first_piece():
 
 def test_a_long_sentence_is_split_at_words_with_overlap_and_each_word_read_once_best():
     from pygpt.data.common import IGNORE_INDEX as IGNORED
-    from pygpt.data.conll import best_windows, windows
+    from pygpt.data.common import best_windows
+    from pygpt.data.conll import windows
 
     rng = random.Random(1)
     for _ in range(200):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import pygpt
+import pygpt.answer
 import pygpt.classify
 import pygpt.fill_mask
 import pygpt.tag
@@ -22,6 +23,7 @@ from pygpt.data.conll import entities
 from pygpt.data.labelled import Encoded, Example
 from pygpt.export import export
 from pygpt.families import build
+from pygpt.tasks.qa import SPAN_LABELS
 from pygpt.tokenizer import WordPieceTokenizer, word_spans
 from pygpt_runtime.onnx_bert import OnnxBERT
 from test_classify import run
@@ -34,6 +36,7 @@ VARIANTS = {  # name -> (transformers class, config)
     "pretraining": ("BertForPreTraining", dict(hidden_act="gelu_new", type_vocab_size=3)),
     "classifier": ("BertForSequenceClassification", {}),
     "tagger": ("BertForTokenClassification", dict(id2label={0: "O", 1: "B-PER", 2: "I-PER"})),
+    "answerer": ("BertForQuestionAnswering", dict(id2label={0: "LABEL_0", 1: "LABEL_1"})),
     "mlm-untied": ("BertForMaskedLM", dict(tie_word_embeddings=False)),
     "mlm-narrow": ("BertForMaskedLM", dict(intermediate_size=100)),  # not 4 x hidden_size
 }
@@ -80,6 +83,9 @@ def test_outputs_equal_transformers_on_padded_batches(imported, name, kernels):
             pairs = [(ours.logits, out.logits)]
         elif name == "tagger":
             pairs = [(ours.logits[real], out.logits[real])]
+        elif name == "answerer":
+            pairs = [(ours.logits[..., 0][real], out.start_logits[real]),
+                     (ours.logits[..., 1][real], out.end_logits[real])]
         elif name == "pretraining":
             pairs = [(model.mlm(hidden)[real], out.prediction_logits[real]),
                      (ours.nsp_logits, out.seq_relationship_logits)]
@@ -193,19 +199,72 @@ def test_fine_tune_an_imported_encoder_to_tag(imported, tmp_path):
                                "--threads", "1"])
     assert (code, message) == (0, None)
     assert checkpoint.load_labels(tmp_path / "ner") == ["O", "B-X", "I-X"]
-    tuned, _ = pygpt.load(tmp_path / "ner")
-    source, _ = pygpt.load(run_dir)
+    tuned = encoder_kept(tmp_path / "ner", run_dir)
     assert tuned.config.pooling == "token" and tuned.classifier[1].weight.shape == (3, 32)
+
+
+def encoder_kept(tuned_dir, source_dir):
+    """The run in tuned_dir, after asserting that its embeddings and blocks are source_dir's
+    bit for bit; a fine-tuning at --lr 0 keeps them."""
+    tuned, _ = pygpt.load(tuned_dir)
+    source, _ = pygpt.load(source_dir)
     for name, t in source.state_dict().items():
         if name.startswith(("embed.", "blocks.")):
             assert torch.equal(tuned.state_dict()[name], t), name
+    return tuned
+
+
+def test_answer_on_an_imported_answerer(imported):
+    """pygpt.answer's span on an imported BertForQuestionAnswering is the best of transformers'
+    start + end logits over the context's pieces (start <= end), as whole words' characters."""
+    _, hf_model, run_dir = imported["answerer"]
+    model, tokenizer = pygpt.answer.load_answerer(str(run_dir))
+    question, context = "what is the question ?", "to be or not to be, that is the questions!"
+    spans = word_spans(context)
+    pieces = [tokenizer.encode(context[s:e]) for s, e in spans]
+    specials = tokenizer.special_tokens
+    head = [specials["[CLS]"], *tokenizer.encode(question), specials["[SEP]"]]
+    ids = torch.tensor([[*head, *sum(pieces, []), specials["[SEP]"]]])
+    segments = torch.tensor([[0] * len(head) + [1] * (ids.shape[1] - len(head))])
+    with torch.no_grad():
+        out = hf_model(input_ids=ids, token_type_ids=segments)
+    word_of = [w for w, p in enumerate(pieces) for _ in p]
+    start, end = out.start_logits[0, len(head):-1], out.end_logits[0, len(head):-1]
+    score, i, j = max((float(start[i] + end[j]), i, j) for i in range(len(word_of))
+                      for j in range(i, len(word_of)))
+    found = pygpt.answer.answer(model, tokenizer, question, context)
+    first, last = spans[word_of[i]][0], spans[word_of[j]][1]
+    assert (found.start, found.end, found.text) == (first, last, context[first:last])
+    assert found.score == pytest.approx(score, abs=1e-4)
+    assert any(len(p) > 1 for p in pieces)  # "questions": a word of two pieces
+
+
+def test_fine_tune_an_imported_encoder_to_answer(imported, tmp_path):
+    """--task qa --init-from an imported BertModel: its encoder (unchanged at --lr 0), a span
+    head."""
+    _, _, run_dir = imported["encoder"]
+    context = "to be or not to be , that is the question"
+    data = tmp_path / "train.json"
+    data.write_text(json.dumps({"data": [{"paragraphs": [
+        {"context": context, "qas": [{"id": f"q{k}", "question": "what is it ?", "answers": [
+            {"text": "the question", "answer_start": context.index("the question")}]}]}
+        for k in range(4)]}]}))
+    code, message = train_cli(["--task", "qa", "--init-from", str(run_dir), "--data", str(data),
+                               "--out", str(tmp_path / "qa"), "--max-iters", "2", "--lr", "0",
+                               "--batch-size", "4", "--eval-interval", "2", "--eval-iters", "1",
+                               "--threads", "1"])
+    assert (code, message) == (0, None)
+    assert checkpoint.load_labels(tmp_path / "qa") == SPAN_LABELS
+    tuned = encoder_kept(tmp_path / "qa", run_dir)
+    assert tuned.config.pooling == "span" and tuned.classifier[1].weight.shape == (2, 32)
 
 
 @pytest.mark.parametrize("name, auto", [("pretraining", "AutoModelForPreTraining"),
                                         ("mlm", "AutoModelForMaskedLM"),
                                         ("mlm-untied", "AutoModelForMaskedLM"),
                                         ("classifier", "AutoModelForSequenceClassification"),
-                                        ("tagger", "AutoModelForTokenClassification")])
+                                        ("tagger", "AutoModelForTokenClassification"),
+                                        ("answerer", "AutoModelForQuestionAnswering")])
 def test_round_trip_hf_pygpt_hf_is_bit_identical(imported, tmp_path, name, auto):
     folder, hf_model, run_dir = imported[name]
     assert convert("--to-hf", run_dir, "--out", tmp_path / "hf") == (0, None)
@@ -237,7 +296,8 @@ def random_bert(folder, **config):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.2)
-    labels = [f"class {i}" for i in range(cfg.num_labels)] or None
+    labels = (SPAN_LABELS if cfg.pooling == "span"
+              else [f"class {i}" for i in range(cfg.num_labels)] or None)
     checkpoint.save(folder, model, tokenizer, labels=labels)
     return model, tokenizer
 
@@ -248,6 +308,8 @@ def random_bert(folder, **config):
     ({"num_labels": 2, "pooling": "cls", "activation": "gelu_tanh"}, ("mlm.", "nsp.")),
     # BertForTokenClassification: an entity tagger, without pooler or masked-LM head
     ({"num_labels": 3, "pooling": "token", "nsp": False}, ("mlm.", "pooler.")),
+    # BertForQuestionAnswering: a question answerer, without pooler or masked-LM head
+    ({"num_labels": 2, "pooling": "span", "nsp": False}, ("mlm.", "pooler.")),
 ])
 def test_pygpt_bert_round_trip(tmp_path, config, kept):
     """pygpt -> HF -> pygpt: every tensor the HF class holds comes back bit for bit (those it
@@ -258,7 +320,8 @@ def test_pygpt_bert_round_trip(tmp_path, config, kept):
     hf_model = load_hf(tmp_path / "hf", "AutoModelFor" + {
         "BertForPreTraining": "PreTraining", "BertForMaskedLM": "MaskedLM",
         "BertForSequenceClassification": "SequenceClassification",
-        "BertForTokenClassification": "TokenClassification"}[architecture])
+        "BertForTokenClassification": "TokenClassification",
+        "BertForQuestionAnswering": "QuestionAnswering"}[architecture])
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     specials = tokenizer.special_tokens
     for text in TEXTS:
@@ -268,9 +331,13 @@ def test_pygpt_bert_round_trip(tmp_path, config, kept):
     with torch.no_grad():
         out = hf_model(input_ids=ids, attention_mask=mask, token_type_ids=seg)
         ours = model.eval()(ids, seg, lengths)
-        if model.config.pooling == "token":  # per token: the real ones (padding is not read)
-            real = mask.bool()
+        real = mask.bool()  # per token: the real ones (padding is not read)
+        if model.config.pooling == "token":
             torch.testing.assert_close(out.logits[real], ours.logits[real], atol=1e-5, rtol=1e-5)
+        elif model.config.pooling == "span":
+            for theirs, k in ((out.start_logits, 0), (out.end_logits, 1)):
+                torch.testing.assert_close(theirs[real], ours.logits[..., k][real], atol=1e-5,
+                                           rtol=1e-5)
         elif model.config.num_labels:
             torch.testing.assert_close(out.logits, ours.logits, atol=1e-5, rtol=1e-5)
         else:
@@ -295,7 +362,9 @@ def test_pygpt_bert_round_trip(tmp_path, config, kept):
     ({"is_decoder": True}, "is_decoder"),
     ({"hidden_act": "relu"}, "hidden_act"),
     ({"intermediate_size": -1}, "intermediate_size"),
-    ({"architectures": ["BertForQuestionAnswering"]}, "BertForQuestionAnswering"),
+    ({"architectures": ["BertForMultipleChoice"]}, "BertForMultipleChoice"),
+    # a classifier's weights under the question answerer's class
+    ({"architectures": ["BertForQuestionAnswering"]}, "hold no qa_outputs"),
     ({"problem_type": "regression"}, "problem_type"),
     ({"id2label": {"0": "a", "2": "b", "1": "c", "5": "d"}}, "id2label"),
     # labels classify would refuse in labels.json are refused before any is written
@@ -316,6 +385,16 @@ def test_unsupported_bert_configs_are_named(imported, tmp_path, setting, named):
     code, message = convert("--from-hf", copy, "--out", tmp_path / "run")
     assert code == 1 and message.startswith("error: ") and "\n" not in message, message
     assert named in message
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_question_answerer_of_other_than_two_outputs_is_refused(tmp_path):
+    """transformers builds qa_outputs with num_labels outputs; pygpt's span head has two."""
+    bert_folder(tmp_path / "hf", "BertForQuestionAnswering")  # id2label: three labels
+    code, message = convert("--from-hf", tmp_path / "hf", "--out", tmp_path / "run")
+    assert code == 1 and "\n" not in message
+    assert message.endswith("id2label has 3 labels (a question answerer's qa_outputs gives two "
+                            "a token: start and end)")
     assert not (tmp_path / "run").exists()
 
 

@@ -37,6 +37,7 @@ LAYERS = [
     ["pygpt.training", "pygpt.pruning"],
     ["pygpt.export", "pygpt.hf"],
     ["pygpt.train", "pygpt.generate", "pygpt.fill_mask", "pygpt.classify", "pygpt.tag",
+     "pygpt.answer",
      "pygpt.speakers",
      "pygpt.translate", "pygpt.attention", "pygpt.convert", "pygpt.serve", "pygpt.prune",
      "pygpt"],  # command lines (the server's package), and the package's pygpt.load

@@ -19,7 +19,8 @@ import pygpt.prune
 import pygpt.tag
 import pygpt.train
 from helpers import metrics, state_dicts_equal
-from pygpt.data.conll import Sentence, entities, held_out, read_conll
+from pygpt.data.common import held_out
+from pygpt.data.conll import Sentence, entities, read_conll
 from pygpt.data.labelled import SPLIT_SEED, VAL_FRACTION
 from pygpt.families import family
 from pygpt.storage.checkpoint import load_labels
@@ -61,7 +62,8 @@ def test_training_logs_entity_scores_of_the_saved_model(tagger):
                       "I-PER"]
     model, tokenizer = pygpt.load(tagger)
     model.eval()
-    _, val = held_out(read_conll(FIXTURE).sentences, VAL_FRACTION, SPLIT_SEED, FIXTURE)
+    _, val = held_out(read_conll(FIXTURE).sentences, VAL_FRACTION, SPLIT_SEED, FIXTURE,
+                      "sentence")
     encoded = pygpt.tag.encode(val, model, tokenizer, labels, FIXTURE)
     predicted = predict_tags(model, encoded, labels)
     assert [len(p) for p in predicted] == [len(s.words) for s in val]

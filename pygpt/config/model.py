@@ -69,13 +69,14 @@ class ModelConfig:
                           "masked-LM only, as RoBERTa)", "bert")
     num_labels: int = opt(0, "bert: classes of the classification head (0: none; fine-tuning "
                              "sets it from the labels)", "bert")
-    pooling: Literal["cls", "mean", "token"] = opt(
+    pooling: Literal["cls", "mean", "token", "span"] = opt(
         "cls", "bert: what the classification head reads: the pooler's [CLS] vector (pretrained "
                "only by next-sentence prediction), the mean of the final hidden states over "
                "the real tokens (pretrained by the masked-LM; the bert presets' choice, as it "
-               "transfers better; cls is what checkpoints saved without this field used), or "
+               "transfers better; cls is what checkpoints saved without this field used), "
                "each token's own final hidden state, one label per token (--task tag's entity "
-               "tagger)", "bert")
+               "tagger), or each token's for two logits, the answer's start and end there "
+               "(span: --task qa's extractive question answering)", "bert")
     # seq2seq only.
     n_dec_layer: int = opt(0, "seq2seq: decoder blocks (0: as many as --n-layer, the "
                               "encoder's)", "seq2seq")
@@ -116,6 +117,9 @@ class ModelConfig:
                      "mlp_dim", "max_distance"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.pooling == "span" and self.num_labels not in (0, 2):
+            raise ValueError("pooling span's head gives each token two logits (the answer's "
+                             f"start and end there): num_labels must be 2, got {self.num_labels}")
         for name, most in MAX_SIZES.items():
             if getattr(self, name) > most:
                 raise ValueError(f"{name} must be at most {most:,}, got {getattr(self, name):,}")

@@ -15,6 +15,18 @@ class Preset:
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
+def bert_fine_tuning(task: str, pooling: str, nsp: bool = True, block_size: int = 64) -> Preset:
+    """The preset of a BERT fine-tuning task: bert-baby's shape, its head reading `pooling`,
+    a lower rate than pretraining, short warmup and cosine decay, light weight decay, an
+    evaluation every 50 steps."""
+    return Preset(ModelConfig(arch="bert", vocab_size=2000, block_size=block_size, n_layer=4,
+                              n_head=4, n_embd=128, dropout=0.1, norm="post", embed_norm=True,
+                              final_norm=False, nsp=nsp, pooling=pooling),
+                  TrainConfig(tokenizer="wordpiece", task=task, batch_size=32, lr=5e-4,
+                              warmup_iters=30, schedule="cosine", weight_decay=0.01,
+                              max_iters=600, eval_interval=50, eval_iters=10))
+
+
 PRESETS: dict[str, Preset] = {
     # The usual CPU-sized Shakespeare run, and the default.
     "baby": Preset(ModelConfig(block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0),
@@ -35,22 +47,15 @@ PRESETS: dict[str, Preset] = {
     # --init-from only the training settings apply; the model is the source's. The rate and
     # length: on the speaker demo (benchmarks/bench_bert.py) 2e-4 for 300 steps left both the
     # pretrained and the from-scratch model underfitted (train accuracy under 45%).
-    "bert-classify": Preset(
-        ModelConfig(arch="bert", vocab_size=2000, block_size=64, n_layer=4, n_head=4, n_embd=128,
-                    dropout=0.1, norm="post", embed_norm=True, final_norm=False, pooling="mean"),
-        TrainConfig(tokenizer="wordpiece", task="classify", batch_size=32, lr=5e-4,
-                    warmup_iters=30, schedule="cosine", weight_decay=0.01, max_iters=600,
-                    eval_interval=50, eval_iters=10)),
+    "bert-classify": bert_fine_tuning("classify", "mean"),
     # Fine-tuning a BERT to tag named entities (--task tag): bert-classify's schedule, the
     # head reading each token; from scratch without next-sentence prediction, which a tagger
     # never uses.
-    "bert-tag": Preset(
-        ModelConfig(arch="bert", vocab_size=2000, block_size=64, n_layer=4, n_head=4, n_embd=128,
-                    dropout=0.1, norm="post", embed_norm=True, final_norm=False, nsp=False,
-                    pooling="token"),
-        TrainConfig(tokenizer="wordpiece", task="tag", batch_size=32, lr=5e-4,
-                    warmup_iters=30, schedule="cosine", weight_decay=0.01, max_iters=600,
-                    eval_interval=50, eval_iters=10)),
+    "bert-tag": bert_fine_tuning("tag", "token", nsp=False),
+    # Fine-tuning a BERT to answer questions from a context (--task qa, SQuAD JSON): the same,
+    # the head reading each token for the answer's start and end; a context of 128, as a
+    # question and a paragraph need more room than a sentence.
+    "bert-qa": bert_fine_tuning("qa", "span", nsp=False, block_size=128),
     # The Transformer paper's translator sized for 2 CPU cores (3 + 3 pre-norm blocks, joint BPE):
     # 11 epochs of Multi30k; wsd (val ppl 14.9 after 400 steps there, the paper's inverse_sqrt 17).
     "seq2seq": Preset(

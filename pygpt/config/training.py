@@ -25,17 +25,20 @@ class TrainConfig:
                 "--vocab-size tokens")
     init_from: Optional[str] = opt(None, "fine-tune: start from this checkpoint's weights and "
                                          "tokenizer (it is never modified)", file=True)
-    task: Literal["pretrain", "classify", "tag"] = opt(
+    task: Literal["pretrain", "classify", "tag", "qa"] = opt(
         "pretrain", "pretrain: next-token (gpt) or masked-LM (bert) on a text; classify: train a "
                     "bert to classify labelled texts (--data: TSV or CSV with label and text "
                     "columns, optionally text_pair), usually --init-from a pretrained bert; its "
                     "default preset is bert-classify; tag: train a bert to tag named entities "
                     "(--data: CoNLL, a word and its BIO tag a line, a blank line between "
-                    "sentences), its default preset bert-tag")
-    val_data: Optional[str] = opt(None, "classify, tag: labelled validation data (default: a "
-                                        "tenth of --data held out, stratified by label for "
-                                        "classify, of the sentences for tag)", "bert",
-                                  task=("classify", "tag"), file=True)
+                    "sentences), its default preset bert-tag; qa: train a bert to answer "
+                    "questions from a context (--data: SQuAD v1.1 or v2.0 JSON), its default "
+                    "preset bert-qa")
+    val_data: Optional[str] = opt(None, "classify, tag, qa: labelled validation data (default: "
+                                        "a tenth of --data held out, stratified by label for "
+                                        "classify, of the sentences for tag, of the paragraphs "
+                                        "for qa)", "bert", task=("classify", "tag", "qa"),
+                                  file=True)
     src_data: Optional[str] = opt(None, "seq2seq: source sentences, one a line (.gz: gzip)",
                                   "seq2seq", file=True)
     tgt_data: Optional[str] = opt(None, "seq2seq: their translations, line for line", "seq2seq",

@@ -1,15 +1,20 @@
 """What the data sets of the families share: the label the losses skip, token lines stored
-flat, right-padded rows of one or two segments, and the cut of a pair of segments to a budget
-(BERT's pretraining pairs and classification inputs, the translator's sentence pairs)."""
+flat, right-padded rows of one or two segments, the cut of a pair of segments to a budget
+(BERT's pretraining pairs and classification inputs, the translator's sentence pairs), the
+fine-tuning sets' batches drawn at random or in order (Rows) and their held-out validation
+part, and, for a text read in overlapping rows, the row that reads each of its units with the
+most context (best_windows)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Iterator, Optional, Protocol, Sequence, TypeVar, Union
 
 import numpy as np
 import torch
 
 IGNORE_INDEX = -100  # a target the losses skip (padding, unmasked tokens)
+Item = TypeVar("Item")
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,3 +60,60 @@ def truncate_pair(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
     if excess > gap:  # now equal: they shrink in turn, B first
         len_a, len_b = (budget + 1) // 2, budget // 2
     return len_a, len_b
+
+
+class Rows:
+    """A fine-tuning set of encoded rows: a subclass gives len() and batch(which), the rows
+    `which` as one padded batch; this gives the draws and passes the tasks ask for."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def batch(self, which: Sequence[int]) -> Any:
+        raise NotImplementedError
+
+    def draw(self, batch_size: int, generator: Optional[torch.Generator] = None) -> Any:
+        """batch_size rows drawn at random (with replacement)."""
+        return self.batch(torch.randint(len(self), (batch_size,), generator=generator).tolist())
+
+    def in_order(self, batch_size: int) -> Iterator[Any]:
+        """Every row once, in order, batch_size at a time (the last batch may be smaller)."""
+        for start in range(0, len(self), batch_size):
+            yield self.batch(range(start, min(start + batch_size, len(self))))
+
+
+class TextWindow(Protocol):
+    """A row over part of a longer text: the text's unit (a word, a piece) at its start, and
+    the row position of each of its units."""
+    first: int
+    firsts: list[int]
+
+
+def best_windows(rows: Sequence[TextWindow], n_units: int) -> list[tuple[int, int]]:
+    """For each unit of a text read in overlapping rows, the row that reads it with the most
+    context (the larger of its units before and after in the row being the smaller, as for a
+    document stride; the first such row) and its position there: where its prediction is
+    taken. (-1, -1) for a unit no row holds."""
+    best: list[tuple[int, int, int]] = [(-1, -1, -1)] * n_units  # (context, row, position)
+    for r, row in enumerate(rows):
+        for k, at in enumerate(row.firsts):
+            unit = row.first + k
+            context = min(k, len(row.firsts) - 1 - k)
+            if context > best[unit][0]:
+                best[unit] = (context, r, at)
+    return [(r, at) for _, r, at in best]
+
+
+def held_out(items: Sequence[Item], fraction: float, seed: int, path: Union[str, Path],
+             what: str) -> tuple[list[Item], list[Item]]:
+    """(train, val): round(fraction * n) of items (at least one, leaving one to train on),
+    each a `what` of the file path, drawn at random with a fixed seed, so the split is a
+    function of the file; both keep file order."""
+    n = len(items)
+    if n < 2:
+        raise ValueError(f"{path}: one {what} cannot be split into training and validation; "
+                         "give --val-data")
+    take = min(max(round(fraction * n), 1), n - 1)
+    val = set(torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:take].tolist())
+    return ([s for i, s in enumerate(items) if i not in val],
+            [s for i, s in enumerate(items) if i in val])

@@ -17,12 +17,12 @@ ValueError naming the file and line.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import Mapping, NamedTuple, Sequence, Union
 
 import numpy as np
 import torch
 
-from pygpt.data.common import IGNORE_INDEX, pad_rows
+from pygpt.data.common import IGNORE_INDEX, Rows, pad_rows
 from pygpt.tokenizer import require_specials
 
 DOCUMENT_START = "-DOCSTART-"
@@ -128,21 +128,6 @@ def read_conll(path: Union[str, Path]) -> Tagged:
     return Tagged(sentences, repaired)
 
 
-def held_out(sentences: Sequence[Sentence], fraction: float, seed: int,
-             path: Union[str, Path]) -> tuple[list[Sentence], list[Sentence]]:
-    """(train, val): round(fraction * n) sentences (at least one, leaving one to train on)
-    drawn at random with a fixed seed, so the split is a function of the file; both keep file
-    order."""
-    n = len(sentences)
-    if n < 2:
-        raise ValueError(f"{path}: one sentence cannot be split into training and validation; "
-                         "give --val-data")
-    take = min(max(round(fraction * n), 1), n - 1)
-    val = set(torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:take].tolist())
-    return ([s for i, s in enumerate(sentences) if i not in val],
-            [s for i, s in enumerate(sentences) if i in val])
-
-
 def labels(sentences: Sequence[Sentence]) -> list[str]:
     """The tags a model predicts: O, then each type's B- and I-, types sorted (an I- is there
     even when the data holds only one-word entities of its type)."""
@@ -202,20 +187,6 @@ def _window(pieces: Sequence[Sequence[int]], tag_ids: Sequence[int], sizes: Sequ
     return Window(ids + [sep], labels + [IGNORE_INDEX], start, firsts)
 
 
-def best_windows(rows: Sequence[Window], n_words: int) -> list[tuple[int, int]]:
-    """For each word of a sentence, the row that reads it with the most context (the larger of
-    its words before and after being the smaller, as for a document stride) and its position
-    there: where its prediction is taken."""
-    best: list[tuple[int, int, int]] = [(-1, -1, -1)] * n_words  # (context, row, position)
-    for r, row in enumerate(rows):
-        for k, at in enumerate(row.firsts):
-            word = row.first + k
-            context = min(k, len(row.firsts) - 1 - k)
-            if context > best[word][0]:
-                best[word] = (context, r, at)
-    return [(r, at) for _, r, at in best]
-
-
 class TagBatch(NamedTuple):
     """One batch of rows, batch first; its fields are the tagger's keyword arguments."""
     input_ids: torch.Tensor    # (B, T) int64; [PAD] past lengths
@@ -224,7 +195,7 @@ class TagBatch(NamedTuple):
     labels: torch.Tensor       # (B, T) int64: a word's tag id at its first piece, else ignored
 
 
-class EncodedTags:
+class EncodedTags(Rows):
     """Sentences as the model's rows (windows), ready to batch: each word's pieces from the
     tokenizer ([UNK] for a word it gives none), tags as indices into `labels`."""
 
@@ -262,12 +233,3 @@ class EncodedTags:
         for b, r in enumerate(rows):
             labels[b, :len(r.labels)] = torch.tensor(r.labels)
         return TagBatch(input_ids, segment_ids, lengths, labels)
-
-    def draw(self, batch_size: int, generator: Optional[torch.Generator] = None) -> TagBatch:
-        """batch_size rows drawn at random (with replacement)."""
-        return self.batch(torch.randint(len(self), (batch_size,), generator=generator).tolist())
-
-    def in_order(self, batch_size: int) -> Iterator[TagBatch]:
-        """Every row once, in order, batch_size at a time (the last batch may be smaller)."""
-        for start in range(0, len(self), batch_size):
-            yield self.batch(range(start, min(start + batch_size, len(self))))

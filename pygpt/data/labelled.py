@@ -20,12 +20,12 @@ import io
 from collections import Counter
 import unicodedata
 from pathlib import Path
-from typing import Iterator, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
-from pygpt.data.common import pad_rows, truncate_pair
+from pygpt.data.common import Rows, pad_rows, truncate_pair
 from pygpt.tokenizer import require_specials
 
 REQUIRED_COLUMNS = ("label", "text")
@@ -197,7 +197,7 @@ def macro_f1(tp: Sequence[float], fp: Sequence[float], fn: Sequence[float]) -> f
     return sum(f1) / len(f1) if f1 else float("nan")
 
 
-class Encoded:
+class Encoded(Rows):
     """Examples as token rows ready to batch: [CLS] text [SEP] (text_pair [SEP]) with labels as
     indices into `labels`; texts longer than block_size are cut (see the module's doc)."""
 
@@ -240,13 +240,3 @@ class Encoded:
         return ClassificationBatch(*pad_rows([self.rows[i] for i in which],
                                              [self.firsts[i] for i in which], self.pad),
                                    self.labels[which])
-
-    def draw(self, batch_size: int, generator: Optional[torch.Generator] = None,
-             ) -> ClassificationBatch:
-        """batch_size rows drawn at random (with replacement)."""
-        return self.batch(torch.randint(len(self), (batch_size,), generator=generator).tolist())
-
-    def in_order(self, batch_size: int) -> Iterator[ClassificationBatch]:
-        """Every row once, in order, batch_size at a time (the last batch may be smaller)."""
-        for start in range(0, len(self), batch_size):
-            yield self.batch(range(start, min(start + batch_size, len(self))))

@@ -1,6 +1,7 @@
 """The encoder-only BERT: masked-LM (and next-sentence) pretraining on a text, fine-tuning to
-classify labelled texts (--task classify) or to tag named entities in CoNLL sentences (--task
-tag), fill-mask, and its export as one encoder graph (pygpt.onnx.bert)."""
+classify labelled texts (--task classify), to tag named entities in CoNLL sentences (--task
+tag) or to answer questions from a context in SQuAD files (--task qa), fill-mask, and its export
+as one encoder graph (pygpt.onnx.bert)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,24 +12,30 @@ from pygpt.families.base import Family
 from pygpt.data.conll import read_conll
 from pygpt.data.labelled import read_labelled
 from pygpt.data.mlm import MLMBatches
+from pygpt.data.squad import questions_of, read_squad
 from pygpt.data.common import IGNORE_INDEX
 from pygpt.inspect.attention_maps import MapInputs, batch_rows, encode_text
 from pygpt.models import BERT
 from pygpt.nn.distill_loss import LogitRows
-from pygpt.tasks import Classification, MaskedLanguageModelling
+from pygpt.tasks import TOKEN_HEADS, Classification, MaskedLanguageModelling
+from pygpt.tasks.qa import QuestionAnswering
 from pygpt.tasks.tagging import Tagging
 from pygpt.tokenizer import require_specials
 
 # The preset of each fine-tuning task and what its --data holds.
 FINE_TUNING = {"classify": ("bert-classify", "a TSV or CSV file with label and text columns"),
-               "tag": ("bert-tag", "a CoNLL file, a word and its BIO tag a line")}
+               "tag": ("bert-tag", "a CoNLL file, a word and its BIO tag a line"),
+               "qa": ("bert-qa", "a SQuAD v1.1 or v2.0 JSON file")}
+# The tasks whose head reads each token, and their pooling (every other task's reads one vector
+# a row).
+TOKEN_POOLING = {head.task: pooling for pooling, head in TOKEN_HEADS.items()}
 
 
 class BERTFamily(Family):
     name = "bert"
     model = BERT
     default_preset = "bert-baby"
-    tasks = ("pretrain", "classify", "tag")
+    tasks = ("pretrain", "classify", "tag", "qa")
     specials = True  # [PAD] [UNK] [CLS] [SEP] [MASK]
     text_specials = ("[CLS]", "[SEP]")
 
@@ -38,7 +45,8 @@ class BERTFamily(Family):
     def head_task(self, model_cfg):
         if not model_cfg.num_labels:
             return "pretrain"
-        return "tag" if model_cfg.pooling == "token" else "classify"
+        return next((task for task, pooling in TOKEN_POOLING.items()
+                     if model_cfg.pooling == pooling), "classify")
 
     def check_settings(self, model_cfg, train_cfg, given):
         super().check_settings(model_cfg, train_cfg, given)
@@ -50,9 +58,11 @@ class BERTFamily(Family):
                              "--data; --num-labels cannot set it")
         if train_cfg.data is None:
             raise ValueError(f"--task {task} needs --data: {FINE_TUNING[task][1]}")
-        if (task == "tag") != (model_cfg.pooling == "token"):
+        if TOKEN_POOLING.get(task) != model_cfg.pooling and (
+                task in TOKEN_POOLING or model_cfg.pooling in TOKEN_POOLING.values()):
             raise ValueError(f"--pooling {model_cfg.pooling} does not fit --task {task}: "
-                             "pooling token (a label per token) is --task tag's, and only its")
+                             "pooling token (a label per token) is --task tag's, pooling span "
+                             "(an answer's start and end) --task qa's, and only theirs")
 
     def prepare_config(self, model_cfg, train_cfg, task, source_labels):
         """A classifier's head sized by its data's labels; pretraining a classifier further
@@ -76,6 +86,10 @@ class BERTFamily(Family):
             return super().tokenizer_text(train_cfg)
         if train_cfg.task == "tag":  # a tagger's tokenizer (trained from scratch): its words
             return ["\n".join(" ".join(s.words) for s in read_conll(train_cfg.data).sentences)]
+        if train_cfg.task == "qa":  # a question answerer's: its contexts and questions
+            paragraphs = read_squad(train_cfg.data)
+            return ["\n".join([p.context for p in paragraphs]
+                              + [q.question for q in questions_of(paragraphs)])]
         # A classifier's tokenizer (trained from scratch): its texts.
         return ["\n".join(t for e in read_labelled(train_cfg.data) for t in (e.text, e.text_pair)
                           if t)]
@@ -87,6 +101,9 @@ class BERTFamily(Family):
         if train_cfg.task == "tag":
             return Tagging.from_files(train_cfg.data, train_cfg.val_data, tokenizer,
                                       model_cfg.block_size, labels)
+        if train_cfg.task == "qa":
+            return QuestionAnswering.from_files(train_cfg.data, train_cfg.val_data, tokenizer,
+                                                model_cfg.block_size, labels)
         return MaskedLanguageModelling(MLMBatches.from_file(train_cfg.data, tokenizer,
                                                             model_cfg.block_size,
                                                             nsp=model_cfg.nsp))
@@ -119,6 +136,9 @@ class BERTFamily(Family):
         return export_bert(model, tokenizer, labels, out_dir, quantize)
 
     def next_command(self, ckpt, model_cfg, train_cfg):
+        if train_cfg.task == "qa" or model_cfg.num_labels and model_cfg.pooling == "span":
+            return (f"python -m pygpt.answer --ckpt {shlex.quote(ckpt)} --question 'Where did "
+                    "Peter fly?' --context 'Peter Blackburn flew to Brussels.'")
         if train_cfg.task == "tag" or model_cfg.num_labels and model_cfg.pooling == "token":
             return (f"python -m pygpt.tag --ckpt {shlex.quote(ckpt)} "
                     "--text 'Peter Blackburn flew to Brussels'")

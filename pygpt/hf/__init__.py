@@ -69,7 +69,7 @@ def read_folder(folder: Union[str, Path]) -> tuple[torch.nn.Module, object, list
     left = [n for n in missing if n not in tied and not n.startswith(layout.fresh)]
     if left or unexpected:  # a map that does not cover the model: pygpt's own error
         raise RuntimeError(f"the {family.MODEL_TYPE} map leaves {left} unset, names {unexpected}")
-    labels = bert.label_names(hf) if layout.config.num_labels else None
+    labels = bert.head_labels(hf, layout.config) if layout.config.num_labels else None
     return model.eval(), tokenizer, labels, layout
 
 

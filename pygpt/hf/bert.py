@@ -1,5 +1,6 @@
 """BERT (`transformers`' BertModel, BertForMaskedLM, BertForPreTraining,
-BertForSequenceClassification and BertForTokenClassification) as pygpt's BERT, both ways.
+BertForSequenceClassification, BertForTokenClassification and BertForQuestionAnswering) as
+pygpt's BERT, both ways.
 
 pygpt's BERT with post-norm blocks, a layer norm after the embeddings, learned absolute
 positions and segment embeddings is BERT's architecture. Where they differ in storage:
@@ -9,34 +10,40 @@ positions and segment embeddings is BERT's architecture. Where they differ in st
 - `layer_norm_eps` (1e-12 in BERT) is our norm_eps.
 pygpt's BERT always holds a pooler and a masked-LM head. A folder without them (BertModel, as
 sentence-embedding models ship it, possibly without its pooler; BertForMaskedLM, which has no
-pooler; BertForSequenceClassification, which has no masked-LM head; BertForTokenClassification,
-which has neither) gets them freshly
+pooler; BertForSequenceClassification, which has no masked-LM head; BertForTokenClassification
+and BertForQuestionAnswering, which have neither) gets them freshly
 initialised, as `transformers` does when a model class adds a head: the tensors the folder holds
 give the same logits. An export writes only what the target class holds: BertForPreTraining
 (pygpt's next-sentence head on), BertForMaskedLM (off), BertForSequenceClassification (a
 classifier, with id2label) or BertForTokenClassification (an entity tagger, pooling "token",
-with id2label: its tags); a pooler or masked-LM head the class lacks is not written. Both
-classifiers are dropout and one linear map named `classifier`; the architecture in config.json
-says whether it reads the pooled [CLS] or each token.
+with id2label: its tags) or BertForQuestionAnswering (a question answerer, pooling "span"); a
+pooler or masked-LM head the class lacks is not written. Both classifiers are dropout and one
+linear map named `classifier`; the architecture in config.json says whether it reads the pooled
+[CLS] or each token. The question answerer's `qa_outputs` is our classifier's linear map (two
+outputs a token, start and end; its labels are pygpt.tasks.qa's SPAN_LABELS, not id2label's).
 Refused, naming the field: relative position_embedding_type, a decoder or cross-attention, an
-activation other than GELU (exact or tanh), an MLP not 4x wide, regression or multi-label problem types; and on
-export pygpt's options BERT lacks (pre-norm, rotary, ALiBi, relative positions, mean pooling)."""
+activation other than GELU (exact or tanh), an MLP not 4x wide, regression or multi-label problem types,
+BertForQuestionAnswering without qa_outputs (or weights with it under another class), a
+qa_outputs of other than two outputs; and on export pygpt's options BERT lacks (pre-norm, rotary, ALiBi, relative positions, mean pooling)."""
 from __future__ import annotations
 
 from typing import Any, Optional
 
 from pygpt.config import ModelConfig
 from pygpt.data.labelled import check_labels
+from pygpt.tasks.qa import SPAN_LABELS
 from pygpt.hf.mapping import (Layout, TensorMap, check_architectures, head_width_reasons,
                               layer_size_reasons, linear, refuse, setting, stacked)
 
 MODEL_TYPE = "bert"
 TOKEN_CLASSIFIER = "BertForTokenClassification"
+QUESTION_ANSWERING = "BertForQuestionAnswering"
 ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining",
-                 "BertForSequenceClassification", TOKEN_CLASSIFIER)
+                 "BertForSequenceClassification", TOKEN_CLASSIFIER, QUESTION_ANSWERING)
 PREFIX = "bert."  # the task classes' name for the BertModel inside them
 MLM, NSP, CLASSIFIER, POOLER = ("cls.predictions.", "cls.seq_relationship.", "classifier.",
                                 "pooler.")
+QA_OUTPUTS = "qa_outputs"  # BertForQuestionAnswering's start/end map
 SINGLE_LABEL = (None, "single_label_classification")
 # BERT's hidden_act names -> pygpt's activation (its MLP's and its masked-LM head's).
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -95,8 +102,16 @@ def import_layout(hf: dict[str, Any], names: set[str]) -> Layout:
     if classifier and setting(hf, "problem_type", None, str) not in SINGLE_LABEL:
         reasons.append(f"problem_type is {hf['problem_type']!r} (pygpt classifies into one "
                        "label)")
+    answerer = f"{QA_OUTPUTS}.weight" in names
+    if (QUESTION_ANSWERING in architectures) != answerer:
+        reasons.append(f"the weights hold {'' if answerer else 'no '}{QA_OUTPUTS} (the "
+                       f"question answerer's head), the architectures {architectures}")
+    outputs = len(setting(hf, "id2label", None, dict) or range(2))  # transformers' num_labels
+    if answerer and outputs != 2:
+        reasons.append(f"id2label has {outputs} labels (a question answerer's qa_outputs gives "
+                       "two a token: start and end)")
     refuse("this BERT", reasons)
-    labels = label_names(hf) if classifier else None
+    labels = label_names(hf) if classifier else SPAN_LABELS if answerer else None
     prefix = PREFIX if any(n.startswith(PREFIX) for n in names) else ""
     tie = setting(hf, "tie_word_embeddings", True, bool)
     try:
@@ -112,7 +127,8 @@ def import_layout(hf: dict[str, Any], names: set[str]) -> Layout:
             norm_eps=setting(hf, "layer_norm_eps", 1e-12, float),
             type_vocab_size=setting(hf, "type_vocab_size", 2, int),
             nsp=f"{NSP}weight" in names, num_labels=len(labels or ()),
-            pooling="token" if TOKEN_CLASSIFIER in architectures else "cls")
+            pooling=("token" if TOKEN_CLASSIFIER in architectures else "span" if answerer
+                     else "cls"))
     except ValueError as e:
         raise ValueError(f"config.json: {e}") from None
     pooler = f"{prefix}{POOLER}dense.weight" in names
@@ -120,13 +136,19 @@ def import_layout(hf: dict[str, Any], names: set[str]) -> Layout:
     maps = encoder_maps(cfg, prefix, pooler) + (mlm_maps(cfg) if mlm else [])
     if cfg.nsp:
         maps += linear("nsp", f"{NSP[:-1]}")
-    if classifier:
-        maps += linear("classifier.1", CLASSIFIER[:-1])
+    if classifier or answerer:
+        maps += linear("classifier.1", CLASSIFIER[:-1] if classifier else QA_OUTPUTS)
     fresh = tuple(name for name, present in (("pooler.", pooler), ("mlm.", mlm)) if not present)
     # Buffers older versions saved; the decoder's tied copies of the embedding and the bias.
     ignored = {f"{prefix}embeddings.position_ids", f"{prefix}embeddings.token_type_ids",
                *([f"{MLM}decoder.weight", f"{MLM}decoder.bias"] if tie else [f"{MLM}bias"])}
     return Layout(cfg, maps, ignored, fresh)
+
+
+def head_labels(hf: dict[str, Any], cfg: ModelConfig) -> list[str]:
+    """The labels of the imported model cfg's head: a question answerer's SPAN_LABELS, a
+    classifier's id2label (label_names)."""
+    return SPAN_LABELS if cfg.pooling == "span" else label_names(hf)
 
 
 def label_names(hf: dict[str, Any]) -> list[str]:
@@ -190,7 +212,10 @@ def export_config(cfg: ModelConfig, special_tokens: dict[str, int],
         "layer_norm_eps": cfg.norm_eps, "initializer_range": 0.02,
         "position_embedding_type": "absolute", "tie_word_embeddings": cfg.tie_weights,
         "pad_token_id": special_tokens.get("[PAD]", 0), "dtype": "float32"}
-    if cfg.num_labels and cfg.pooling == "token":
+    if cfg.num_labels and cfg.pooling == "span":
+        hf["architectures"] = [QUESTION_ANSWERING]
+        maps = encoder_maps(cfg, PREFIX, False) + linear("classifier.1", QA_OUTPUTS)
+    elif cfg.num_labels and cfg.pooling == "token":
         hf.update(architectures=[TOKEN_CLASSIFIER], id2label=dict(enumerate(labels)),
                   label2id={n: i for i, n in enumerate(labels)})
         maps = encoder_maps(cfg, PREFIX, False) + linear("classifier.1", CLASSIFIER[:-1])

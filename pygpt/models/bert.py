@@ -9,7 +9,10 @@ GELU, layer norm, then a decoder tied to the token embedding, with its own bias)
 next-sentence head on the pooled vector, and a classification head when `num_labels` > 0,
 reading the pooled [CLS] vector, (pooling "mean") the mean hidden state of the real tokens, or
 (pooling "token") each token's hidden state, for a label per token (entity tagging; as
-Hugging Face's BertForTokenClassification: dropout, then one linear map, named `classifier`).
+Hugging Face's BertForTokenClassification: dropout, then one linear map, named `classifier`),
+or (pooling "span", num_labels 2) each token's hidden state for two logits, the answer's start
+and end there (extractive question answering; Hugging Face's BertForQuestionAnswering's
+`qa_outputs`, which has no dropout before it: the same map at inference).
 Initialisation as BERT's: every weight ~ N(0, 0.02), biases zero, layer norms at identity.
 """
 from __future__ import annotations
@@ -32,6 +35,7 @@ class BertOutput(NamedTuple):
     mlm_logits: Optional[torch.Tensor]  # (n masked, V) with mlm_labels, else (B, T, V)
     nsp_logits: Optional[torch.Tensor]  # (B, 2): is B the true next segment?
     logits: Optional[torch.Tensor]  # (B, num_labels), or (B, T, num_labels) with pooling token
+    # or span (there [..., 0] the answer's start logits, [..., 1] its end's)
 
 
 def mean_over_tokens(h: torch.Tensor, lengths: Optional[torch.Tensor]) -> torch.Tensor:
@@ -118,7 +122,9 @@ class BERT(KernelModule):
         mlm_labels (B, T) (IGNORE_INDEX where nothing is to be predicted; the vocabulary is
         projected at those positions only), nsp_labels (B,) (1: B follows A), labels (B,), or
         with pooling "token" (B, T) (IGNORE_INDEX where no label is due: a word's later pieces,
-        specials, padding; the loss is the mean over the others)."""
+        specials, padding; the loss is the mean over the others), or with pooling "span" (B, 2)
+        the answer's start and end positions (0, [CLS]: no answer in the row; the loss is the
+        mean of the start's and the end's cross-entropies over each row's real tokens)."""
         return self.heads(self.encode(input_ids, segment_ids, lengths), lengths, mlm_labels,
                           nsp_labels, labels)
 
@@ -143,13 +149,15 @@ class BERT(KernelModule):
         logits = None
         if self.classifier is not None:
             pooling = self.config.pooling
-            logits = self.classifier(h if pooling == "token" else pooled if pooling == "cls"
-                                     else mean_over_tokens(h, lengths))
+            logits = self.classifier(h if pooling in ("token", "span") else pooled
+                                     if pooling == "cls" else mean_over_tokens(h, lengths))
         if labels is not None:
             if logits is None:
                 raise ValueError("labels given to a BERT without a classification head "
                                  "(num_labels is 0)")
-            if self.config.pooling == "token":
+            if self.config.pooling == "span":
+                losses.append(self.span_loss(logits, labels, lengths))
+            elif self.config.pooling == "token":
                 at = labels != IGNORE_INDEX
                 if at.any():  # a batch may hold no labelled token (then no loss, as for mlm)
                     losses.append(ce(logits[at], labels[at]))
@@ -157,3 +165,14 @@ class BERT(KernelModule):
                 losses.append(ce(logits, labels))
         loss = torch.stack(losses).sum() if losses else None
         return BertOutput(loss, mlm_logits, nsp_logits, logits)
+
+    def span_loss(self, logits: torch.Tensor, labels: torch.Tensor,
+                  lengths: Optional[torch.Tensor]) -> torch.Tensor:
+        """The mean of the start's and the end's cross-entropy, each over the positions of the
+        row's real tokens (padding can never be the answer, however a batch is padded), of
+        span logits (B, T, 2) and labels (B, 2)."""
+        if lengths is not None:
+            real = torch.arange(logits.shape[1], device=logits.device) < lengths[:, None]
+            logits = logits.masked_fill(~real[..., None], torch.finfo(logits.dtype).min)
+        ce = self.kern.cross_entropy
+        return (ce(logits[..., 0], labels[:, 0]) + ce(logits[..., 1], labels[:, 1])) / 2

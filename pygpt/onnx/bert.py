@@ -21,6 +21,7 @@ from pygpt.models import BERT
 from pygpt.onnx.graph import models_entry, to_onnx, write_export
 from pygpt.onnx.int8 import Int8Settings
 from pygpt.storage.run_files import ONNX_FP32
+from pygpt.tasks import TOKEN_HEADS
 from pygpt.tokenizer import require_specials
 
 INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
@@ -86,11 +87,13 @@ def _check_against_torch(model: BERT, path: Path, tol: float = 1e-4) -> None:
 def export_bert(model: BERT, tokenizer, labels: Optional[list[str]], out_dir,
                 quantize: Optional[Int8Settings] = None) -> list[Path]:
     """Exports a loaded BERT (with its tokenizer, and labels for a classifier) into out_dir
-    (with quantize, its int8 copy too); returns the files written. An entity tagger (pooling
-    "token") is refused: the runtime and the server read a classifier's logits per text."""
-    if model.classifier is not None and model.config.pooling == "token":
-        raise ValueError("an entity tagger (pooling token, --task tag) has no ONNX export yet; "
-                         "use python -m pygpt.tag on the checkpoint")
+    (with quantize, its int8 copy too); returns the files written. An entity tagger or a
+    question answerer (a head per token: TOKEN_HEADS) is refused: the runtime and the server
+    read a classifier's logits per text."""
+    head = TOKEN_HEADS.get(model.config.pooling)
+    if model.classifier is not None and head is not None:
+        raise ValueError(f"{head.what} (pooling {model.config.pooling}, --task {head.task}) has "
+                         f"no ONNX export yet; use python -m {head.command} on the checkpoint")
     require_specials(tokenizer.special_tokens, ("[PAD]", "[CLS]", "[SEP]", "[MASK]"),
                      "a BERT export's runner")
     model.eval()

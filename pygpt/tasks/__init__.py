@@ -13,6 +13,9 @@ looks inside either.
 - Tagging (BERT fine-tuning; pygpt.tasks.tagging): CoNLL sentences, a tag per word; reports
   loss and word accuracy, and from the model's tags over whole validation sentences
   entity-level precision, recall and F1 (micro, and F1 per type) in its `model_metrics`.
+- QuestionAnswering (BERT fine-tuning; pygpt.tasks.qa): SQuAD questions, an answer span per
+  question; reports loss and how often a row's start and end are both right, and from the
+  model's answers over all of each question's windows SQuAD's exact match and F1.
 - Translation (seq2seq; pygpt.tasks.seq2seq): sentence pairs in token-budget
   batches (`by_tokens`: ranks draw their own batches instead of slicing one by rows), and
   validation BLEU from its `model_metrics`.
@@ -35,6 +38,19 @@ from pygpt.data.common import IGNORE_INDEX
 from pygpt.data.mlm import MLMBatches
 
 Metrics = dict[str, tuple[float, float]]  # name -> (sum, count) over the batches evaluated
+
+
+class TokenHead(NamedTuple):
+    """A BERT head that reads each token rather than one vector a row."""
+    what: str  # the model it makes, for messages
+    task: str  # the --task that trains it
+    command: str  # the module whose command runs it
+
+
+# By the pooling that says so in the config: the heads no classifier command, ONNX export or
+# server route reads (their outputs are per token).
+TOKEN_HEADS = {"token": TokenHead("an entity tagger", "tag", "pygpt.tag"),
+               "span": TokenHead("a question answerer", "qa", "pygpt.answer")}
 
 
 class Task(Protocol):

@@ -9,9 +9,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from pygpt.data.common import IGNORE_INDEX
-from pygpt.data.conll import (EncodedTags, Sentence, best_windows, held_out, labels as tag_labels,
-                              overlap_for, read_conll)
+from pygpt.data.common import IGNORE_INDEX, best_windows, held_out
+from pygpt.data.conll import EncodedTags, Sentence, labels as tag_labels, overlap_for, read_conll
 from pygpt.data.labelled import SPLIT_SEED, VAL_FRACTION
 from pygpt.decoding.finite import require_finite
 from pygpt.tasks import FineTuning
@@ -70,7 +69,7 @@ class Tagging(FineTuning):
         tagged = read_conll(data)
         train, repaired = tagged.sentences, tagged.repaired
         if val_data is None:
-            train, val = held_out(train, VAL_FRACTION, SPLIT_SEED, data)
+            train, val = held_out(train, VAL_FRACTION, SPLIT_SEED, data, "sentence")
         else:
             val_tagged = read_conll(val_data)
             val, repaired = val_tagged.sentences, repaired + val_tagged.repaired

@@ -52,11 +52,11 @@ class Teacher(NamedTuple):
 def load_teacher(cfg: TrainConfig, model_cfg: ModelConfig) -> Teacher:
     """The teacher of cfg.distill_from, checked against the student's settings: ValueError (one
     line) if it is of another family, has a shorter context, or is a classifier for another
-    task than classification (or not one for it), or the student a tagger (--task tag, whose
-    per-token logits distillation does not compare yet)."""
-    if cfg.task == "tag":
+    task than classification (or not one for it), or the student a tagger or a question
+    answerer (--task tag, qa, whose per-token logits distillation does not compare yet)."""
+    if cfg.task in ("tag", "qa"):
         raise ValueError("--distill-from distils pretraining and --task classify, not yet "
-                         "--task tag")
+                         f"--task {cfg.task}")
     path = Path(cfg.distill_from)
     if path.resolve() == Path(cfg.out).resolve():
         raise ValueError("--distill-from and --out must differ: the teacher is never modified")

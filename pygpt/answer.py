@@ -1,0 +1,110 @@
+"""`python -m pygpt.answer --ckpt runs/qa --question "Where does the Rhine rise?" --context
+"The Rhine rises in the Swiss Alps."`: the answer a BERT question answerer (python -m pygpt.train
+--task qa) finds in the context, its character span [start, end) there and its score (start +
+end logit); or, with --data, its SQuAD exact match and F1 on a SQuAD v1.1 or v2.0 file. A
+context longer than the model's window is read in overlapping windows, as in training."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Optional
+
+from pygpt.data.squad import EncodedQA, Question, questions_of, read_squad
+from pygpt.mixed_precision import add_batch_flags, autocast
+from pygpt.models import BERT
+from pygpt.storage.checkpoint import load, load_labels
+from pygpt.tasks.qa import SPAN_LABELS, Prediction, answers_scored, predict_answers, unanswerable
+from pygpt.tokenizer import require_specials
+from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
+
+
+def load_answerer(ckpt: str, kernels: str = "ext") -> tuple[BERT, object]:
+    """(model, tokenizer) of a question answerer's checkpoint; a ValueError for any other."""
+    model, tokenizer = load(ckpt, kernels=kernels)
+    if (not isinstance(model, BERT) or model.config.pooling != "span"
+            or load_labels(ckpt) != SPAN_LABELS):
+        raise ValueError(f"{ckpt} holds no question answerer (a bert with pooling span); train "
+                         "one with python -m pygpt.train --task qa")
+    require_specials(tokenizer.special_tokens, tokenizer.encoding_needs, "questions")
+    return model, tokenizer
+
+
+def answer(model: BERT, tokenizer, question: str, context: str, no_answer: bool = False,
+           threshold: float = 0.0) -> Prediction:
+    """The answer to question in context; no_answer: whether it may be none (v2.0)."""
+    encoded = EncodedQA([Question("", question, context, ())], tokenizer,
+                        model.config.block_size, "--question")
+    return predict_answers(model, encoded, no_answer, threshold)[0]
+
+
+def report(scores: dict[str, float], questions: int) -> str:
+    """Exact match and F1 over all the questions, then over each kind where both are there."""
+    lines = [f"exact match {scores['exact']:.4f}, F1 {scores['f1']:.4f} over {questions} "
+             "questions"]
+    for kind, what in (("has_ans", "answerable"), ("no_ans", "unanswerable")):
+        if f"{kind}_exact" in scores:
+            lines.append(f"{what}: exact match {scores[f'{kind}_exact']:.4f}, F1 "
+                         f"{scores[f'{kind}_f1']:.4f}")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m pygpt.answer", description=__doc__,
+                                formatter_class=HelpFormatter)
+    p.add_argument("--ckpt", default="out", help="a question answerer's checkpoint folder "
+                                                 "(python -m pygpt.train --task qa)")
+    p.add_argument("--question", default=None, help="a question to answer from --context "
+                                                    "(default: none; give it or --data)")
+    p.add_argument("--context", default=None, help="the text that holds the answer")
+    p.add_argument("--data", default=None, help="a SQuAD v1.1 or v2.0 JSON file to score the "
+                                                "model on (default: none); its questions may "
+                                                "go unanswered where it has unanswerable ones")
+    p.add_argument("--no-answer", action="store_true",
+                   help="--question may go unanswered (SQuAD v2.0): when the [CLS] score beats "
+                        "the best span's by more than --null-threshold")
+    p.add_argument("--null-threshold", type=float, default=0.0,
+                   help="how far the [CLS] score must beat the best span's for no answer")
+    add_batch_flags(p, "rows")
+    args = p.parse_args(argv)
+    with exits_cleanly(), autocast("cpu", args.dtype):  # Ctrl-C or `| head`: no traceback
+        try:
+            if (args.data is None) == (args.question is None):
+                raise ValueError("give either --data (a SQuAD file) or --question and --context")
+            if args.question is not None and args.context is None:
+                raise ValueError("--question needs --context, the text that holds the answer")
+            if args.data is not None and args.context is not None:
+                raise ValueError("--context goes with --question; --data holds its contexts")
+            if args.batch_size < 1:
+                raise ValueError("--batch-size must be at least 1")
+            if args.question is not None:
+                utf8_text(args.question, "--question")
+                utf8_text(args.context, "--context")
+                if not args.question.strip():
+                    raise ValueError("--question is empty")
+                if not args.context.strip():
+                    raise ValueError("--context is empty")
+            model, tokenizer = load_answerer(args.ckpt, args.kernels)
+            if args.question is not None:
+                found = answer(model, tokenizer, args.question, args.context, args.no_answer,
+                               args.null_threshold)
+            else:
+                questions = questions_of(read_squad(args.data))
+                encoded = EncodedQA(questions, tokenizer, model.config.block_size,
+                                    Path(args.data))
+                predicted = predict_answers(model, encoded, bool(unanswerable(questions)),
+                                            args.null_threshold, args.batch_size)
+                scores = answers_scored(questions, predicted)
+        except (ValueError, FileNotFoundError) as e:
+            raise SystemExit(f"error: {e}") from None
+        if args.question is None:
+            print(report(scores, len(questions)))
+        elif found.text:
+            print(f"answer [{found.start}, {found.end}): {found.text}")
+            print(f"score {found.score:.4f} (start + end logit; [CLS] {found.null_score:.4f})")
+        else:
+            print(f"no answer: [CLS] scores {found.null_score:.4f}, the best span "
+                  f"{found.score:.4f}")
+
+
+if __name__ == "__main__":
+    main()
