@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Optional
 
 from pygpt.data.squad import EncodedQA, Question, questions_of, read_squad
-from pygpt.mixed_precision import add_batch_flags, autocast
+from pygpt.config.flags import add_batch_flags
+from pygpt.mixed_precision import autocast
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load, load_labels
 from pygpt.tasks.qa import SPAN_LABELS, Prediction, answers_scored, predict_answers, unanswerable

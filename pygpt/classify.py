@@ -9,7 +9,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from pygpt.mixed_precision import add_batch_flags, autocast
+from pygpt.config.flags import add_batch_flags
+from pygpt.mixed_precision import autocast
 from pygpt.storage.checkpoint import load, load_labels
 from pygpt.data.labelled import Encoded, Example, counts, macro_f1, read_labelled
 from pygpt.decoding.finite import require_finite

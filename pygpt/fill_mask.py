@@ -7,9 +7,9 @@ from typing import Optional
 
 import torch
 
-from pygpt.mixed_precision import add_dtype_flag, autocast
+from pygpt.mixed_precision import autocast
 from pygpt.storage.checkpoint import load
-from pygpt.config import KERNEL_SETS
+from pygpt.config.flags import add_model_flags
 from pygpt.decoding.finite import require_finite
 from pygpt.models import BERT
 from pygpt.tokenizer import Tokenizer, require_specials
@@ -51,9 +51,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--ckpt", default="out", help="a BERT checkpoint folder")
     p.add_argument("--text", required=True, help=f"text with one or more {MASK} (required)")
     p.add_argument("--top-k", type=int, default=5, help="fills to show per mask")
-    p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
-                   help="our C++ kernels, or plain PyTorch ops")
-    add_dtype_flag(p)
+    add_model_flags(p)
     args = p.parse_args(argv)
     try:
         if args.top_k < 1:

@@ -15,10 +15,9 @@ from typing import Optional
 
 import torch
 
-from pygpt.mixed_precision import add_dtype_flag, autocast
+from pygpt.mixed_precision import autocast
 from pygpt.storage.checkpoint import load
-from pygpt.config.flags import use_threads
-from pygpt.config import KERNEL_SETS
+from pygpt.config.flags import add_model_flags, use_threads
 from pygpt.decoding.sampling import Generates, Sampling
 from pygpt_runtime.cli_checks import (HelpFormatter, add_sampling_flags, exits_cleanly,
                                       utf8_text)
@@ -37,11 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_flags(p)
     p.add_argument("--no-cache", action="store_true",
                    help="re-run the whole window per token instead of using the KV cache")
-    p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
-                   help="our C++ kernels (ext) or plain PyTorch ops (torch)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch intra-op threads (default: torch's choice)")
-    add_dtype_flag(p)
+    add_model_flags(p)
     return p
 
 

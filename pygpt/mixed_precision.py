@@ -11,13 +11,12 @@ commands (classify, tag, answer) with --batch-size and --kernels.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 from typing import ContextManager, Optional
 
 import torch
 
-from pygpt.config import DTYPES, KERNEL_SETS
+from pygpt.config import DTYPES
 
 def default_dtype(device: str) -> str:
     """bfloat16 on a CUDA device that computes in it (Ampere on), else float32."""
@@ -64,19 +63,3 @@ def use_tf32(device: str, dtype: str) -> None:
     if dtype == "float32" and torch.device(device).type == "cuda":
         torch.set_float32_matmul_precision("high")
 
-
-def add_dtype_flag(parser: argparse.ArgumentParser) -> None:
-    """An inference command's --dtype (float32 unless given)."""
-    parser.add_argument("--dtype", choices=DTYPES, default="float32",
-                        help="number type of the matrix products: bfloat16 or float16 run "
-                             "under autocast (the weights stay float32)")
-
-
-def add_batch_flags(parser: argparse.ArgumentParser, unit: str) -> None:
-    """The flags of a command that runs a fine-tuned model over batches of `unit` (classify,
-    tag, answer): --batch-size (64; the command checks it is at least 1), --kernels and
-    --dtype."""
-    parser.add_argument("--batch-size", type=int, default=64, help=f"{unit} per forward pass")
-    parser.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
-                        help="our C++ kernels, or plain PyTorch ops")
-    add_dtype_flag(parser)

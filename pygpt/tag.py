@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from pygpt.data.conll import OUTSIDE, EncodedTags, Sentence, entities, overlap_for, read_conll
-from pygpt.mixed_precision import add_batch_flags, autocast
+from pygpt.config.flags import add_batch_flags
+from pygpt.mixed_precision import autocast
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load, load_labels
 from pygpt.tasks.entities import EntityScore, score

@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from pygpt.mixed_precision import add_dtype_flag, autocast
+from pygpt.mixed_precision import autocast
 from pygpt.tasks.bleu import score
 from pygpt.storage.checkpoint import load
-from pygpt.config.flags import use_threads
-from pygpt.config import KERNEL_SETS
+from pygpt.config.flags import add_model_flags, use_threads
 from pygpt.storage.atomic import atomic_write_text
 from pygpt.models import Seq2Seq
 from pygpt.data.parallel import read_lines
@@ -47,10 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a translation holds at most source tokens + this many (default 50)")
     p.add_argument("--batch-size", type=int, default=BATCH_SIZE,
                    help=f"sentences per batch (default {BATCH_SIZE})")
-    p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
-                   help="our C++ kernels (default), or plain PyTorch ops")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    add_dtype_flag(p)
+    add_model_flags(p)
     return p
 
 

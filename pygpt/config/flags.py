@@ -9,6 +9,7 @@ import dataclasses
 import typing
 from typing import Any, Optional
 
+from pygpt.config.training import DTYPES, KERNEL_SETS
 from pygpt_runtime.cli_checks import check_threads
 
 
@@ -67,3 +68,20 @@ def use_threads(threads: Optional[int]) -> None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+def add_model_flags(parser: argparse.ArgumentParser) -> None:
+    """A command's flags for the model it runs: --kernels (our kernels or plain PyTorch ops) and
+    --dtype (float32, or autocast to a low type: pygpt.mixed_precision)."""
+    parser.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
+                        help="our C++ kernels, or plain PyTorch ops")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32",
+                        help="number type of the matrix products: bfloat16 or float16 run "
+                             "under autocast (the weights stay float32)")
+
+
+def add_batch_flags(parser: argparse.ArgumentParser, unit: str) -> None:
+    """The flags of a command that runs a fine-tuned model over batches of `unit` (classify,
+    tag, answer): --batch-size (64; the command checks it is at least 1) and the model's."""
+    parser.add_argument("--batch-size", type=int, default=64, help=f"{unit} per forward pass")
+    add_model_flags(parser)
