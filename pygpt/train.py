@@ -26,6 +26,7 @@ from pygpt.config import ModelConfig, TrainConfig
 from pygpt.config.fields import applies, config_from_dict, tagged
 from pygpt.data.text import check_data_file
 from pygpt.families import FAMILIES, family
+from pygpt.tasks import TOKEN_HEADS
 from pygpt.mixed_precision import check_dtype, default_dtype
 from pygpt.config.presets import PRESETS, preset
 from pygpt.storage.run_files import CONFIG
@@ -149,11 +150,11 @@ def _check_data_files(model_cfg: ModelConfig, train_cfg: TrainConfig) -> None:
 def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any], given: set[str],
                      preset_pooling: str) -> ModelConfig:
     """The source checkpoint's model; only dropout and a BERT's pooling may change for
-    fine-tuning (neither changes the weights). A classifier pools as the preset does (mean)
-    unless --pooling says otherwise, whatever the pretraining saved: [CLS] pooling reads what
-    only next-sentence prediction trained, which fine-tuned 0.06 macro-F1 worse in bench_bert;
-    a tagger reads each token (its preset's pooling token), a question answerer each token for
-    a span (pooling span)."""
+    fine-tuning (neither changes the weights). A tagger reads each token (its preset's pooling
+    token), a question answerer each token for a span (pooling span); a classifier keeps the
+    source's pooling of the sequence (a Hugging Face import's cls, with its trained pooler;
+    bert-baby's mean), so that it converts back as it came, unless --pooling says otherwise or
+    the source is itself a per-token model (then the preset's, mean)."""
     source = Path(train_cfg.init_from)
     if "tokenizer" in given:
         raise SystemExit("--init-from keeps the source's tokenizer; --tokenizer cannot change it")
@@ -165,7 +166,8 @@ def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any], given:
         model_cfg = config_from_dict(ModelConfig, checkpoint.read_config(source)["model"])
     except (TypeError, ValueError) as e:
         raise ValueError(f"{source / CONFIG}: cannot fine-tune from it: {e}") from None
-    if train_cfg.task != "pretrain" and applies(ModelConfig, "pooling", model_cfg.arch):
+    if train_cfg.task != "pretrain" and applies(ModelConfig, "pooling", model_cfg.arch) and (
+            preset_pooling in TOKEN_HEADS or model_cfg.pooling in TOKEN_HEADS):
         model_flags = {"pooling": preset_pooling, **model_flags}
     tuned = dataclasses.replace(model_cfg, **model_flags)
     family(tuned.arch).check_settings(tuned, train_cfg, given)
@@ -196,7 +198,23 @@ def describe_start(args: argparse.Namespace, model_cfg: ModelConfig,
             f"layers, {model_cfg.n_head} heads, {model_cfg.n_embd} wide, context "
             f"{model_cfg.block_size}; {train_cfg.max_iters} steps of {batch_size(model_cfg, train_cfg)}{accumulated}; "
             f"{train_cfg.dtype} on {train_cfg.device} ({threads} thread{'s' * (threads > 1)}); into "
-            f"{train_cfg.out}")
+            f"{train_cfg.out}\n{describe_settings(model_cfg, train_cfg)}")
+
+
+def describe_settings(model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
+    """The optimisation settings a run starts with (and, for a BERT, the pooling its head
+    reads), so that a preset's choices are seen before the run, not found in docs/."""
+    if train_cfg.optimizer == "sgd":
+        optimizer = f"SGD, lr {train_cfg.lr:g}"
+    else:
+        optimizer = (f"AdamW, lr {train_cfg.lr:g}, betas ({train_cfg.beta1:g}, "
+                     f"{train_cfg.beta2:g}), weight decay {train_cfg.weight_decay:g}")
+    schedule = (f"{train_cfg.warmup_iters} warmup steps, then {train_cfg.schedule}"
+                + (f" to {train_cfg.min_lr:g}" if train_cfg.schedule != "constant" else ""))
+    pooling = (f"; pooling {model_cfg.pooling}"
+               if applies(ModelConfig, "pooling", model_cfg.arch) else "")
+    clip = f", clipping at {train_cfg.grad_clip:g}" if train_cfg.grad_clip > 0 else ""
+    return f"  settings: {optimizer}; {schedule}{clip}{pooling}"
 
 
 def next_step(model_cfg: ModelConfig, train_cfg: TrainConfig, result: dict[str, Any]) -> str:

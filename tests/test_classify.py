@@ -252,16 +252,16 @@ def test_task_metrics_accumulate_counts_not_batch_means(files):
     assert result["val_acc"] == pytest.approx((pred == enc.labels).float().mean().item())
 
 
-def test_a_classifier_pools_as_the_preset_unless_told(text_file, files, tmp_path):
-    """A pretraining saved with [CLS] pooling (the old default, which reads what only
-    next-sentence prediction trains) fine-tunes with the classify preset's mean pooling;
-    --pooling keeps the choice with the user."""
+def test_a_classifier_keeps_the_sources_pooling_unless_told(text_file, files, tmp_path):
+    """A pretraining saved with [CLS] pooling (as a Hugging Face import is) fine-tunes to
+    classify with [CLS] pooling, so that it converts back as it came; --pooling mean changes
+    it."""
     src = tmp_path / "cls-pooled"
     run(pygpt.train.main, ["--arch", "bert", "--data", str(text_file), "--out", str(src),
                            "--vocab-size", "300", "--max-iters", "1", "--pooling", "cls", *SHAPE,
                            *RUN])
     assert pygpt.load(src)[0].config.pooling == "cls"
-    for flags, pooling in (([], "mean"), (["--pooling", "cls"], "cls")):
+    for flags, pooling in (([], "cls"), (["--pooling", "mean"], "mean")):
         out = tmp_path / f"ft-{pooling}"
         run(pygpt.train.main, ["--task", "classify", "--init-from", str(src), "--data",
                                str(files[0]), "--out", str(out), "--max-iters", "1", *flags, *RUN])

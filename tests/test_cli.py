@@ -83,7 +83,8 @@ def test_train_cli(text_file, tmp_path, capsys):
 
 def test_a_run_says_what_it_trains_before_its_first_step(text_file, tmp_path, capsys):
     """Before anything slow, what the run is (its preset, shape, length, batch, number type,
-    device, folder); then its tokenizer, its data split and its parameters; then the steps."""
+    device, folder) and how it optimises; then its tokenizer, its data split and its
+    parameters; then the steps."""
     out = tmp_path / "said"
     loud = [flag for flag in TINY_FLAGS if flag != "--quiet"]
     pygpt.train.main(loud + ["--data", str(text_file), "--out", str(out), "--threads", "1"])
@@ -91,6 +92,9 @@ def test_a_run_says_what_it_trains_before_its_first_step(text_file, tmp_path, ca
     assert lines[0] == ("pygpt.train: gpt pretrain (preset baby): 1 layers, 2 heads, 16 wide, "
                         f"context 8; 5 steps of 4 x 8 tokens; float32 on cpu (1 thread); into "
                         f"{out}")
+    assert lines[1] == ("  settings: AdamW, lr 0.001, betas (0.9, 0.99), weight decay 0.1; 100 "
+                        "warmup steps, then wsd to 0, clipping at 1")
+    del lines[1]
     model, _ = pygpt.load(out)
     tokens = len(text_file.read_text(encoding="utf-8"))  # a char tokenizer: one a character
     train = int(tokens * 0.9)
