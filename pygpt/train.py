@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfig]:
     model_flags, train_flags = overrides(args, ModelConfig), overrides(args, TrainConfig)
     given = set(model_flags) | set(train_flags)
+    if {"epochs", "max_iters"} <= given:
+        raise SystemExit("give --epochs or --max-iters, not both")
+    if "max_iters" in given:  # a resumed run's new total, whatever epochs it was given
+        train_flags["epochs"] = None
     out = Path(train_flags.get("out", TrainConfig.out))
     if args.resume:
         saved = checkpoint.read_config(out)
@@ -193,10 +197,12 @@ def describe_start(args: argparse.Namespace, model_cfg: ModelConfig,
     else:
         origin = f"preset {args.preset or family(model_cfg.arch).preset_for(train_cfg.task)}"
     accumulated = f" x {train_cfg.grad_accum}" if train_cfg.grad_accum > 1 else ""
+    length = (f"{train_cfg.max_iters} steps" if train_cfg.epochs is None
+              else f"{train_cfg.epochs:g} epochs")
     threads = train_cfg.threads or default_threads()
     return (f"pygpt.train: {model_cfg.arch} {train_cfg.task} ({origin}): {model_cfg.n_layer} "
             f"layers, {model_cfg.n_head} heads, {model_cfg.n_embd} wide, context "
-            f"{model_cfg.block_size}; {train_cfg.max_iters} steps of {batch_size(model_cfg, train_cfg)}{accumulated}; "
+            f"{model_cfg.block_size}; {length} of {batch_size(model_cfg, train_cfg)}{accumulated}; "
             f"{train_cfg.dtype} on {train_cfg.device} ({threads} thread{'s' * (threads > 1)}); into "
             f"{train_cfg.out}\n{describe_settings(model_cfg, train_cfg)}")
 

@@ -266,3 +266,23 @@ def test_a_classifier_keeps_the_sources_pooling_unless_told(text_file, files, tm
         run(pygpt.train.main, ["--task", "classify", "--init-from", str(src), "--data",
                                str(files[0]), "--out", str(out), "--max-iters", "1", *flags, *RUN])
         assert pygpt.load(out)[0].config.pooling == pooling
+
+
+def test_epochs_settle_the_steps(files, tmp_path):
+    """--epochs 0.5 over the 300 rows of train.tsv (with --val-data: all of them train) at a
+    batch of 16 is ceil(150 / 16) = 10 steps: said at the start, trained, saved as max_iters;
+    with --max-iters as well it is refused, and a GPT's pretraining refuses it."""
+    out = tmp_path / "epochs"
+    args = ["--arch", "bert", "--task", "classify", "--tokenizer", "char", "--data",
+            str(files[0]), "--val-data", str(files[1]), "--epochs", "0.5", "--eval-interval",
+            "5", *SHAPE, *RUN]
+    said = run(pygpt.train.main, [*(a for a in args if a != "--quiet"), "--out", str(out)])
+    assert "0.5 epochs of 16 x 32 tokens" in said
+    assert "epochs: 0.5 x 300 rows = 10 steps" in said
+    assert [r["step"] for r in metrics(out)] == [5, 10]
+    saved = json.loads((out / "config.json").read_text())["train"]
+    assert (saved["epochs"], saved["max_iters"]) == (0.5, 10)
+    with pytest.raises(SystemExit, match="give --epochs or --max-iters, not both"):
+        pygpt.train.main([*args, "--out", str(tmp_path / "both"), "--max-iters", "3"])
+    with pytest.raises(SystemExit, match="--epochs is for --task"):
+        pygpt.train.main(["--epochs", "1", "--out", str(tmp_path / "gpt"), *RUN])

@@ -64,6 +64,11 @@ class TrainConfig:
                                       "Transformer paper's is 0.1)", "seq2seq")
     grad_accum: int = opt(1, "micro-batches per optimizer step")
     max_iters: int = opt(2000, "optimizer steps in total (with --resume: the new total)")
+    epochs: Optional[float] = opt(None, "classify, tag, qa: passes over the training examples "
+                                        "instead of --max-iters (the steps they take, epochs x "
+                                        "examples / batch, are settled once the data is read "
+                                        "and saved as max_iters)", "bert",
+                                  task=("classify", "tag", "qa"))
     optimizer: Literal["adamw", "sgd"] = opt("adamw", "optimizer")
     lr: float = opt(1e-3, "peak learning rate")
     min_lr: float = opt(0.0, "learning rate at the end of the decay")
@@ -108,6 +113,8 @@ class TrainConfig:
         for name in ("beta1", "beta2", "label_smoothing"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
+            raise ValueError(f"epochs must be a number > 0, got {self.epochs}")
         if not (math.isfinite(self.distill_temperature) and self.distill_temperature > 0):
             raise ValueError(f"distill_temperature must be > 0, got {self.distill_temperature}")
         for name in ("cooldown_frac", "distill_alpha"):

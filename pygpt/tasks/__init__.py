@@ -151,6 +151,10 @@ class MaskedLanguageModelling(_DrawnEvaluation):
     def tokens(self, batch):
         return int(batch.lengths.sum())
 
+    def training_rows(self) -> int:
+        """How many rows one pass over the training set reads (what --epochs counts)."""
+        return len(self.splits["train"])
+
     def metrics(self, output, batch):
         labels = batch.mlm_labels[batch.mlm_labels != IGNORE_INDEX]
         mlm_loss = F.cross_entropy(output.mlm_logits.float(), labels, reduction="sum").item()
@@ -189,6 +193,10 @@ class FineTuning(_DrawnEvaluation):
 
     def tokens(self, batch):
         return int(batch.lengths.sum())
+
+    def training_rows(self) -> int:
+        """How many rows one pass over the training set reads (what --epochs counts)."""
+        return len(self.splits["train"])
 
 
 class Classification(FineTuning):

@@ -85,7 +85,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, *, resume: bool = False,
     Raises Diverged if training diverges."""
     run = prepare(model_cfg, cfg, resume, replacing,
                   say=(lambda line: print(line, flush=True)) if progress else lambda line: None)
-    bar = Progress(cfg.max_iters, run.step, progress and run.ranks.is_main)
+    bar = Progress(run.cfg.max_iters, run.step, progress and run.ranks.is_main)
     stop = stop if stop is not None else StopRequest()
     with stop:
         last = _steps(run, bar, stop, progress)

@@ -5,6 +5,7 @@ pygpt.training.loop then runs; apart so that preparing a run reads apart from ru
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -66,6 +67,12 @@ def make_tokenizer(family: Family, model_cfg: ModelConfig, cfg: TrainConfig,
     return CharTokenizer.from_text(text, specials=specials)
 
 
+def epoch_steps(cfg: TrainConfig, rows: int, world: int) -> int:
+    """The steps of cfg.epochs passes over `rows` training rows, at cfg's batch (all ranks and
+    micro-batches), rounded up; at least one."""
+    return max(1, math.ceil(cfg.epochs * rows / (cfg.batch_size * cfg.grad_accum * world)))
+
+
 def default_threads() -> int:
     """Half the CPUs this process may run on, at least 1: torch's own default (every core) spins
     its threads at each barrier and collapses as soon as another busy process shares the cores
@@ -98,6 +105,10 @@ def prepare(model_cfg: ModelConfig, cfg: TrainConfig, resume: bool, replacing: S
     task = fam.make_task(model_cfg, cfg, tokenizer, ranks,
                          checkpoint.load_labels(cfg.out) if resume else None)
     say(f"data: {task.summary()}")
+    if cfg.epochs is not None:
+        cfg = dataclasses.replace(cfg, max_iters=epoch_steps(cfg, task.training_rows(),
+                                                             ranks.world))
+        say(f"epochs: {cfg.epochs:g} x {task.training_rows():,} rows = {cfg.max_iters:,} steps")
     model_cfg, labels = fam.prepare_config(
         model_cfg, cfg, task, (lambda: checkpoint.load_labels(source)) if source else None)
     if teacher is not None:
