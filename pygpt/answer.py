@@ -13,8 +13,9 @@ from pygpt.data.squad import EncodedQA, Question, questions_of, read_squad
 from pygpt.mixed_precision import add_batch_flags, autocast
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load, load_labels
-from pygpt.tasks.qa import SPAN_LABELS, Prediction, answers_scored, predict_answers, unanswerable
+from pygpt.tasks.qa import SPAN_LABELS, answers_scored, predict_answers, unanswerable
 from pygpt.tokenizer import require_specials
+from pygpt_runtime.answering import Prediction, answer_lines
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
 
 
@@ -98,12 +99,8 @@ def main(argv: Optional[list[str]] = None) -> None:
             raise SystemExit(f"error: {e}") from None
         if args.question is None:
             print(report(scores, len(questions)))
-        elif found.text:
-            print(f"answer [{found.start}, {found.end}): {found.text}")
-            print(f"score {found.score:.4f} (start + end logit; [CLS] {found.null_score:.4f})")
         else:
-            print(f"no answer: [CLS] scores {found.null_score:.4f}, the best span "
-                  f"{found.score:.4f}")
+            print("\n".join(answer_lines(found)))
 
 
 if __name__ == "__main__":

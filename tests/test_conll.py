@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from pygpt.data.conll import Entity, entities, labels, read_conll, repair
+from pygpt.data.conll import labels, read_conll, repair
+from pygpt_runtime.tagging import Entity, entities
 from pygpt.tasks.entities import score
 
 
@@ -112,7 +113,7 @@ def test_a_sentence_that_fits_is_one_row_labelled_at_each_words_first_piece():
 
 def test_a_long_sentence_is_split_at_words_with_overlap_and_each_word_read_once_best():
     from pygpt.data.common import IGNORE_INDEX as IGNORED
-    from pygpt.data.common import best_windows
+    from pygpt_runtime.windows import best_windows
     from pygpt.data.conll import windows
 
     rng = random.Random(1)

@@ -20,14 +20,15 @@ import pygpt.tag
 import pygpt.train
 from helpers import metrics, state_dicts_equal
 from pygpt.data.common import held_out
-from pygpt.data.conll import Sentence, entities, read_conll
+from pygpt.data.conll import Sentence, read_conll
 from pygpt.data.labelled import SPLIT_SEED, VAL_FRACTION
 from pygpt.families import family
 from pygpt.storage.checkpoint import load_labels
 from pygpt.storage.run_files import CONFIG
 from pygpt.tasks.entities import score
 from pygpt.tasks.tagging import entity_metrics, predict_tags
-from pygpt.tokenizer import word_spans
+from pygpt_runtime.tagging import entities
+from pygpt_runtime.text import word_spans
 
 FIXTURE = Path(__file__).parent / "fixtures" / "entities.conll"
 SHAPE = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--block-size", "32",

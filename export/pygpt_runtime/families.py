@@ -27,6 +27,8 @@ TRANSLATOR_PARTS = ("encoder", "decoder", "decoder_with_past")
 # different lengths in one call); one of format 1 (exports made before) does not.
 GPT_FORMATS = (1, 2)
 LENGTH_INPUTS = ("input_lengths", "past_lengths")
+# A question answerer's labels: the names of its two logits a token (pygpt.tasks.qa saves them).
+SPAN_LABELS = ["start", "end"]
 
 
 def count(v: Any) -> bool:

@@ -1,8 +1,8 @@
 """Token-tagged text in the CoNLL format, for named-entity tagging (--task tag): reading a file,
-the entities its tags mark, the label set, and a sentence's rows for the model (its words'
-WordPiece pieces, the tag on each word's first piece; a sentence longer than the context split at
-words into overlapping rows, each word predicted from the row that reads it with the most
-context).
+the label set, and a sentence's rows for the model (its words' WordPiece pieces, the tag on each
+word's first piece; a sentence longer than the context split at words into overlapping rows,
+each word predicted from the row that reads it with the most context: the rows and the
+entities tags mark are pygpt_runtime.tagging's, which the runtime shares).
 
 A file is UTF-8 text, one word a line: the word, whitespace, then its tag as the line's last
 column (so CoNLL-2003's four columns read as well as "word TAB tag"); a blank line ends a
@@ -24,10 +24,9 @@ import torch
 
 from pygpt.data.common import IGNORE_INDEX, Rows, pad_rows
 from pygpt.tokenizer import require_specials
+from pygpt_runtime.tagging import OUTSIDE, word_rows
 
 DOCUMENT_START = "-DOCSTART-"
-OUTSIDE = "O"
-OVERLAP_SHARE = 4  # a long sentence's rows overlap by a quarter of a row's pieces
 
 
 class Sentence(NamedTuple):
@@ -39,12 +38,6 @@ class Sentence(NamedTuple):
 class Tagged(NamedTuple):
     sentences: list[Sentence]
     repaired: int  # I- tags read as B- (they began an entity)
-
-
-class Entity(NamedTuple):
-    type: str
-    start: int  # its first word
-    end: int  # one past its last word
 
 
 def _check_tag(tag: str, where: str) -> None:
@@ -66,20 +59,6 @@ def repair(tags: Sequence[str]) -> tuple[list[str], int]:
         out.append(tag)
         before = tag
     return out, fixed
-
-
-def entities(tags: Sequence[str]) -> list[Entity]:
-    """The entities BIO tags mark, in order (an I- that begins one counts as its B-)."""
-    found: list[Entity] = []
-    kind, start = None, 0
-    for i, tag in enumerate([*tags, OUTSIDE]):
-        continues = tag.startswith("I-") and tag[2:] == kind
-        if kind is not None and not continues:
-            found.append(Entity(kind, start, i))
-            kind = None
-        if tag != OUTSIDE and not continues:
-            kind, start = tag[2:], i
-    return found
 
 
 def read_conll(path: Union[str, Path]) -> Tagged:
@@ -143,48 +122,17 @@ class Window(NamedTuple):
     firsts: list[int]  # the position of each of its words' first piece
 
 
-def overlap_for(block_size: int) -> int:
-    """The overlap (in pieces) of a long sentence's rows in a context of block_size."""
-    return max(block_size - 2, 0) // OVERLAP_SHARE
-
-
 def windows(pieces: Sequence[Sequence[int]], tag_ids: Sequence[int], cls: int, sep: int,
             most: int, overlap: int) -> list[Window]:
-    """A sentence's words (their pieces, their tag ids) in rows of at most `most` positions: one
-    row when they fit; else rows that end at word boundaries, each after the first starting at
-    least `overlap` pieces before the end of the one before (so every word is read with context
-    on both sides in some row). A word of more pieces than a row holds keeps its first ones."""
-    room = most - 2
-    if room < 1 or not 0 <= overlap < room:
-        raise ValueError(f"a row of {most} positions with an overlap of {overlap} holds no word")
-    if not all(pieces):
-        raise ValueError("every word needs at least one piece")
-    sizes = [min(len(p), room) for p in pieces]
-    rows, start = [], 0
-    while True:
-        end, used = start, 0
-        while end < len(sizes) and used + sizes[end] <= room:
-            used += sizes[end]
-            end += 1
-        rows.append(_window(pieces, tag_ids, sizes, start, end, cls, sep))
-        if end >= len(sizes):
-            return rows
-        back, kept = end, 0  # the next row repeats the last words of at least `overlap` pieces
-        while back - 1 > start and kept < overlap:
-            back -= 1
-            kept += sizes[back]
-        start = back if back > start else end
-
-
-def _window(pieces: Sequence[Sequence[int]], tag_ids: Sequence[int], sizes: Sequence[int],
-            start: int, end: int, cls: int, sep: int) -> Window:
-    ids, labels, firsts = [cls], [IGNORE_INDEX], []
-    for w in range(start, end):
-        firsts.append(len(ids))
-        word = list(pieces[w][:sizes[w]])
-        ids += word
-        labels += [tag_ids[w]] + [IGNORE_INDEX] * (len(word) - 1)
-    return Window(ids + [sep], labels + [IGNORE_INDEX], start, firsts)
+    """A sentence's words (their pieces, their tag ids) in rows as the model reads them
+    (pygpt_runtime.tagging.word_rows), each word's tag id at its first piece."""
+    rows = []
+    for row in word_rows(pieces, cls, sep, most, overlap):
+        labels = [IGNORE_INDEX] * len(row.ids)
+        for k, at in enumerate(row.firsts):
+            labels[at] = tag_ids[row.first + k]
+        rows.append(Window(row.ids, labels, row.first, row.firsts))
+    return rows
 
 
 class TagBatch(NamedTuple):

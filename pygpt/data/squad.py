@@ -9,8 +9,9 @@ their answer is the [CLS] token. Every problem (a missing field, a wrong type, a
 its answer_start, an empty context or question) is a ValueError naming the file and the
 question's id (or the paragraph's place, for a paragraph's own fields).
 
-Rows: the context is cut into words as a WordPiece tokenizer splits it (pygpt.tokenizer's
-word_spans), each word into the tokenizer's pieces, and a piece's characters are its word's (so
+Rows (pygpt_runtime.answering's, which the runtime shares): the context is cut into words as a
+WordPiece tokenizer splits it (pygpt_runtime.text.word_spans), each word into the tokenizer's
+pieces, and a piece's characters are its word's (so
 a predicted span is whole words of the original context, as BERT's run_squad gives). A context
 longer than a row holds is read in windows overlapping by `stride` pieces (a document stride);
 a window that does not hold the whole answer, and an unanswerable question, point at [CLS]
@@ -25,7 +26,8 @@ import numpy as np
 import torch
 
 from pygpt.data.common import Rows, pad_rows
-from pygpt.tokenizer import require_specials, word_spans
+from pygpt.tokenizer import require_specials
+from pygpt_runtime.answering import Pieces, QARow, context_pieces, question_rows
 from pygpt_runtime.json_file import read_json
 
 
@@ -127,67 +129,12 @@ def questions_of(paragraphs: Sequence[Paragraph]) -> list[Question]:
     return [q for p in paragraphs for q in p.questions]
 
 
-class Pieces(NamedTuple):
-    """A context as the tokenizer's pieces, each with its word's characters [start, end)."""
-    ids: list[int]
-    spans: list[tuple[int, int]]
-
-
-def context_pieces(context: str, tokenizer, unknown: int) -> Pieces:
-    """context's pieces: each word's (word_spans) from the tokenizer, [UNK] for one it gives
-    none. A ValueError for a context of no words."""
-    ids, spans = [], []
-    for start, end in word_spans(context):
-        word = tokenizer.encode(context[start:end]) or [unknown]
-        ids += word
-        spans += [(start, end)] * len(word)
-    if not ids:
-        raise ValueError("empty context")
-    return Pieces(ids, spans)
-
-
 def answer_pieces(pieces: Pieces, answer: Answer) -> tuple[int, int]:
     """The first and last piece (inclusive) of the words answer's characters touch."""
     end = answer.start + len(answer.text)
     first = next(i for i, (_, e) in enumerate(pieces.spans) if e > answer.start)
     last = max(i for i, (s, _) in enumerate(pieces.spans) if s < end)
     return first, last
-
-
-class QARow(NamedTuple):
-    """A model row: [CLS] question [SEP] some of the context's pieces [SEP]."""
-    ids: list[int]
-    first: int  # the context's first piece in it
-    firsts: list[int]  # the row position of each of its context pieces
-    start: int  # the answer's first piece's position, 0 ([CLS]) when the row lacks the answer
-    end: int  # its last piece's
-
-
-def question_rows(question: Sequence[int], pieces: Sequence[int],
-                  answer: Optional[tuple[int, int]], cls: int, sep: int, most: int,
-                  stride: Optional[int] = None) -> list[QARow]:
-    """A question's rows of at most `most` positions: the context's pieces in windows of the
-    room the question leaves, each after the first starting `stride` pieces (default: half the
-    room) before the end of the one before, until the last reaches the context's end; answer
-    (its first and last piece, None: unanswerable) at its positions in a row that holds all of
-    it, else at [CLS]. A ValueError when the question leaves no room."""
-    room = most - len(question) - 3
-    if room < 1:
-        raise ValueError(f"the question's {len(question)} pieces leave no room for the context "
-                         f"in a row of {most} (a question may have {most - 4} at most)")
-    overlap = room // 2 if stride is None else min(stride, room - 1)
-    head = [cls, *question, sep]
-    rows, start = [], 0
-    while True:
-        end = min(start + room, len(pieces))
-        at, to = (0, 0)
-        if answer is not None and start <= answer[0] and answer[1] < end:
-            at, to = (len(head) + answer[0] - start, len(head) + answer[1] - start)
-        rows.append(QARow([*head, *pieces[start:end], sep], start,
-                          list(range(len(head), len(head) + end - start)), at, to))
-        if end == len(pieces):
-            return rows
-        start = end - overlap
 
 
 class QABatch(NamedTuple):

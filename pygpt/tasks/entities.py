@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import NamedTuple, Sequence
 
-from pygpt.data.conll import entities
+from pygpt_runtime.tagging import entities
 
 
 class EntityScore(NamedTuple):

@@ -9,12 +9,14 @@ from typing import Optional, Sequence
 
 import torch
 
-from pygpt.data.common import IGNORE_INDEX, best_windows, held_out
-from pygpt.data.conll import EncodedTags, Sentence, labels as tag_labels, overlap_for, read_conll
+from pygpt.data.common import IGNORE_INDEX, held_out
+from pygpt.data.conll import EncodedTags, Sentence, labels as tag_labels, read_conll
 from pygpt.data.labelled import SPLIT_SEED, VAL_FRACTION
 from pygpt.decoding.finite import require_finite
 from pygpt.tasks import FineTuning
 from pygpt.tasks.entities import EntityScore, score
+from pygpt_runtime.tagging import overlap_for
+from pygpt_runtime.windows import best_windows
 
 
 @torch.inference_mode()
