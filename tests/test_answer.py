@@ -16,7 +16,6 @@ import torch.nn.functional as F
 import pygpt
 import pygpt.answer
 import pygpt.classify
-import pygpt.export
 import pygpt.train
 from helpers import metrics
 from pygpt.config import ModelConfig
@@ -297,13 +296,10 @@ def test_a_bad_data_file_is_one_line(answerer, tmp_path):
 
 
 def test_refusals(answerer, tmp_path):
-    """An answerer is not a classifier, nor exported, nor served yet; another pooling does
+    """An answerer is not a classifier, nor served yet; another pooling does
     not fit --task qa; it distils nothing yet; pygpt.answer needs an answerer."""
     with pytest.raises(SystemExit, match="error: .*holds a question answerer"):
         pygpt.classify.main(["--ckpt", str(answerer), "--text", "a"])
-    with pytest.raises(SystemExit, match="error: a question answerer .* has no ONNX export yet"):
-        pygpt.export.main(["--ckpt", str(answerer), "--out", str(tmp_path / "onnx")])
-    assert not (tmp_path / "onnx").exists()
     with pytest.raises(SystemExit, match="error: --pooling token does not fit --task qa"):
         pygpt.train.main(["--task", "qa", "--pooling", "token", "--data", str(FIXTURE),
                           "--out", str(tmp_path / "x"), *SHAPE])

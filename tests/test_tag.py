@@ -14,7 +14,6 @@ import pytest
 
 import pygpt
 import pygpt.classify
-import pygpt.export
 import pygpt.prune
 import pygpt.tag
 import pygpt.train
@@ -166,13 +165,10 @@ def test_a_file_with_tags_the_model_lacks(tagger, tmp_path):
 
 
 def test_refusals(tagger, tmp_path):
-    """A tagger is not a classifier (nor exported yet), a classifier's pooling is not a
+    """A tagger is not a classifier, a classifier's pooling is not a
     tagger's, a tagger distils nothing yet, and pygpt.tag needs a tagger."""
     with pytest.raises(SystemExit, match="error: .*holds an entity tagger"):
         pygpt.classify.main(["--ckpt", str(tagger), "--text", "a"])
-    with pytest.raises(SystemExit, match="error: an entity tagger .* has no ONNX export yet"):
-        pygpt.export.main(["--ckpt", str(tagger), "--out", str(tmp_path / "onnx")])
-    assert not (tmp_path / "onnx").exists()
     with pytest.raises(SystemExit, match="error: --pooling mean does not fit --task tag"):
         pygpt.train.main(["--task", "tag", "--pooling", "mean", "--data", str(FIXTURE),
                           "--out", str(tmp_path / "x"), *SHAPE])

@@ -1,15 +1,18 @@
 """Run a pygpt model exported to ONNX, with onnxruntime and numpy only: generate text (gpt),
-fill masks or classify (bert; see onnx_bert.py), by the family its runner.json names.
+fill masks, classify, tag entities or answer questions (bert; see onnx_bert.py), by the family
+its runner.json names.
 
     pygpt-run --model out/onnx/ --prompt "ROMEO:" --max-new-tokens 500
     pygpt-run --model out/onnx/ --prompt "ROMEO:" --prompt "JULIET:" --seed 1   # one batch
     pygpt-run --model bert/onnx/ --text "To be, or not to [MASK]" --top-k 5
     pygpt-run --model cls/onnx/ --text "a cat" [--text-pair "a dog"]
+    pygpt-run --model ner/onnx/ --text "Peter Blackburn flew to Brussels"
+    pygpt-run --model qa/onnx/ --question "Where?" --context "It rises in the Alps." [--no-answer]
 
 (pygpt-run is `python -m pygpt_runtime`; it runs a translator's export with onnx_seq2seq.py's
 flags.) This package is the deployment side: `pip install export/` on a machine without torch or
-pygpt, and copy the export folder there. Fill-mask and classify print what
-python -m pygpt.fill_mask / pygpt.classify --text print. For a gpt it mirrors pygpt's generator:
+pygpt, and copy the export folder there. A bert's tasks print what python -m pygpt.fill_mask /
+pygpt.classify / pygpt.tag --text and pygpt.answer --question --context print. For a gpt it mirrors pygpt's generator:
 the same KV-cache loop, the same sliding window (continue from the last half-context once the
 context is full) and the same greedy / temperature / top-k / top-p rules, so greedy text matches
 PyTorch's token for token. Several prompts (--prompt again) are decoded together in one batch,
@@ -240,9 +243,20 @@ def parser() -> argparse.ArgumentParser:
                    help="gpt: the text to continue (default: a newline); give it again for more "
                         "prompts, decoded together")
     p.add_argument("--text", default=None, help="bert: a text with [MASK]s to fill, or a text "
-                                                "to classify (default: none)")
+                                                "to classify or tag (default: none)")
     p.add_argument("--text-pair", default=None,
                    help="bert classifier: the second text (default: none)")
+    p.add_argument("--question", default=None,
+                   help="bert question answerer: a question to answer from --context")
+    p.add_argument("--context", default=None, help="bert question answerer: the text that "
+                                                   "holds the answer")
+    p.add_argument("--no-answer", action="store_true",
+                   help="bert question answerer: the question may go unanswered (SQuAD v2.0): "
+                        "when the [CLS] score beats the best span's by more than "
+                        "--null-threshold")
+    p.add_argument("--null-threshold", type=float, default=0.0,
+                   help="bert question answerer: how far the [CLS] score must beat the best "
+                        "span's for no answer")
     add_sampling_flags(p, "gpt: ", top_k_also="; bert fill-mask: fills shown (default: 5)")
     p.add_argument("--threads", type=int, default=None,
                    help="onnxruntime intra-op threads (default: onnxruntime's choice)")
@@ -256,9 +270,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         check_threads(args.threads)
         read_config(Path(args.model), "gpt", ", which does not generate")
-        if args.text is not None or args.text_pair is not None:
-            raise ValueError(f"--text is for a bert export; {args.model} holds a gpt model "
-                             "(give --prompt)")
+        if any(v is not None for v in (args.text, args.text_pair, args.question, args.context)):
+            raise ValueError(f"--text and --question are for a bert export; {args.model} holds "
+                             "a gpt model (give --prompt)")
         prompts = ["\n"] if args.prompt is None else args.prompt
         check_sampling(args.greedy, args.temperature, args.top_k, args.top_p,
                        args.max_new_tokens)
