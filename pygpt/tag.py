@@ -8,14 +8,14 @@ import argparse
 from pathlib import Path
 from typing import Optional, Sequence
 
-from pygpt.data.conll import EncodedTags, Sentence, read_conll
+from pygpt.data.conll import EncodedTags
 from pygpt.mixed_precision import add_batch_flags, autocast
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load, load_labels
-from pygpt.tasks.entities import EntityScore, score
 from pygpt.tasks.tagging import predict_tags
 from pygpt.tokenizer import require_specials
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
+from pygpt_runtime.conll import Sentence, file_report, read_conll, score
 from pygpt_runtime.tagging import OUTSIDE, entity_lines, overlap_for, text_entities
 from pygpt_runtime.text import word_spans
 
@@ -52,16 +52,6 @@ def tag_text(model: BERT, tokenizer, labels: Sequence[str], text: str
     return text_entities(tags, spans)
 
 
-def report(scores: dict[str, EntityScore]) -> str:
-    """A table: precision, recall, F1 and gold entities of each type, then the micro average."""
-    width = max(len(kind) for kind in scores)
-    lines = [f"{'type'.ljust(width)}  precision  recall      f1  support"]
-    for kind, s in scores.items():
-        lines.append(f"{kind.ljust(width)}  {s.precision:9.4f}  {s.recall:6.4f}  {s.f1:6.4f}  "
-                     f"{s.support:7d}")
-    return "\n".join(lines)
-
-
 def main(argv: Optional[list[str]] = None) -> None:
     p = argparse.ArgumentParser(prog="python -m pygpt.tag", description=__doc__,
                                 formatter_class=HelpFormatter)
@@ -95,10 +85,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if args.text is not None:
             print("\n".join(entity_lines(args.text, found)))
         else:
-            if tagged.repaired:
-                print(f"{tagged.repaired} I- tags that began an entity were read as B- "
-                      "(conlleval's reading)")
-            print(report(scores))
+            print(file_report(tagged, scores))
 
 
 if __name__ == "__main__":

@@ -21,12 +21,14 @@ from helpers import metrics
 from pygpt.config import ModelConfig
 from pygpt.data.common import held_out
 from pygpt.data.labelled import SPLIT_SEED, VAL_FRACTION
-from pygpt.data.squad import EncodedQA, Question, question_rows, questions_of, read_squad
+from pygpt.data.squad import EncodedQA
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load_labels
-from pygpt.tasks.qa import SPAN_LABELS, answers_scored, best_answer, predict_answers
-from pygpt.tasks.squad import f1, normalize_answer, question_scores, squad_scores
+from pygpt.tasks.qa import SPAN_LABELS, best_answer, predict_answers
 from pygpt.tokenizer import WordPieceTokenizer
+from pygpt_runtime.answering import question_rows
+from pygpt_runtime.squad import (Question, answers_scored, f1, normalize_answer, question_scores,
+                                 questions_of, read_squad, squad_scores)
 
 from test_classify import run
 from test_tag import SHAPE

@@ -1,7 +1,7 @@
 """Entity tagging end to end: `python -m pygpt.train --task tag` on the shipped CoNLL fixture
 (from scratch, from a pretrained BERT, resumed exactly) logs entity-level precision, recall and
 F1 that equal a rescoring of the saved checkpoint; `python -m pygpt.tag` prints entities with
-character spans that slice the text, and scores a file as pygpt.tasks.entities does; bad files
+character spans that slice the text, and scores a file as pygpt_runtime.conll does; bad files
 and the wrong checkpoint or flags end in one `error:` line. Tiny models, a few dozen steps."""
 
 import contextlib
@@ -19,12 +19,12 @@ import pygpt.tag
 import pygpt.train
 from helpers import metrics, state_dicts_equal
 from pygpt.data.common import held_out
-from pygpt.data.conll import Sentence, read_conll
+from pygpt_runtime.conll import Sentence, read_conll
 from pygpt.data.labelled import SPLIT_SEED, VAL_FRACTION
 from pygpt.families import family
 from pygpt.storage.checkpoint import load_labels
 from pygpt.storage.run_files import CONFIG
-from pygpt.tasks.entities import score
+from pygpt_runtime.conll import score
 from pygpt.tasks.tagging import entity_metrics, predict_tags
 from pygpt_runtime.tagging import entities
 from pygpt_runtime.text import word_spans

@@ -2,10 +2,10 @@
 (the `tokenizers` library only for bpe and wordpiece, imported when one is read), the special
 tokens' encoding (pygpt.tokenizer's kinds subclass SpecialsEncoding), the streaming decoder of
 token ids (TextStream, decode_stream: the runner, the server, python -m pygpt.generate), a
-translator's source text cut before it is tokenized, a raw text's words as a WordPiece
-tokenizer splits it (word_spans: what an entity tagger and a question answerer read), and
-the check that a file of the export is there. It imports neither onnxruntime nor numpy, so that pygpt's training and commands,
-which import it, load neither (onnx_text.py holds the graph runs).
+translator's source text cut before it is tokenized, a raw text's words as a WordPiece tokenizer
+splits it (word_spans: what an entity tagger and a question answerer read), and the check that a
+file of the export is there. It imports neither onnxruntime nor numpy, so that pygpt's training
+and commands, which import it, load neither (onnx_text.py holds the graph runs).
 
 Special tokens ([PAD] [UNK] [CLS] [SEP] [MASK], for the BERT family) behave as in pygpt's
 tokenizers: encode(text) treats a name written in text as plain text (HF's library matches the

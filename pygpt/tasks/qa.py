@@ -2,7 +2,7 @@
 as rows of [CLS] question [SEP] context-window [SEP], a start and an end logit per token (pooling
 "span"); an evaluation reports the loss and how often a row's start and end are both right over
 whole passes of the validation rows, and, from the model's answers over all of each question's
-rows, SQuAD's exact match and F1 (pygpt.tasks.squad).
+rows, SQuAD's exact match and F1 (pygpt_runtime.squad).
 
 A question's answer is its best span over all its rows, as pygpt_runtime.answering finds it (the
 runtime shares it): start <= end, at most MAX_ANSWER pieces, start logit + end logit, or none
@@ -15,12 +15,12 @@ import torch
 
 from pygpt.data.common import held_out
 from pygpt.data.labelled import SPLIT_SEED, VAL_FRACTION
-from pygpt.data.squad import EncodedQA, Question, questions_of, read_squad
+from pygpt.data.squad import EncodedQA
 from pygpt.decoding.finite import require_finite
 from pygpt.tasks import FineTuning
-from pygpt.tasks.squad import squad_scores
 from pygpt_runtime.answering import MAX_ANSWER, Prediction, best_span
 from pygpt_runtime.families import SPAN_LABELS
+from pygpt_runtime.squad import answers_scored, questions_of, read_squad, unanswerable
 
 
 @torch.inference_mode()
@@ -57,17 +57,6 @@ def predict_answers(model: torch.nn.Module, encoded: EncodedQA, no_answer: bool,
         rows.setdefault(n, []).append(r)
     return [best_answer(encoded, n, rows[n], logits, no_answer, threshold)
             for n in range(len(encoded.questions))]
-
-
-def answers_scored(questions: Sequence[Question],
-                   predictions: Sequence[Prediction]) -> dict[str, float]:
-    """SQuAD's scores (pygpt.tasks.squad) of predictions for questions."""
-    return squad_scores([[a.text for a in q.answers] for q in questions],
-                        [p.text for p in predictions])
-
-
-def unanswerable(questions: Sequence[Question]) -> int:
-    return sum(not q.answers for q in questions)
 
 
 class QuestionAnswering(FineTuning):
