@@ -2,10 +2,10 @@
 question answerer (--task qa), and the torch-free runner's tagging and answering: each tiny
 trained model, exported once (fp32 and int8), must give PyTorch's per-token logits in
 onnxruntime on padded batches (int8 close), and pygpt-run must print what python -m pygpt.tag
---text and python -m pygpt.answer --question --context print, texts longer than the context
-(read in overlapping rows) included, in a process where torch cannot be imported. An export
-whose labels do not fit its graph, a flag of another task, and serving such an export are
-refused in one line."""
+--text / --data and python -m pygpt.answer --question --context / --data print, texts longer
+than the context (read in overlapping rows) included, in a process where torch cannot be
+imported. An export whose labels do not fit its graph, a flag of another task, and serving such
+an export are refused in one line."""
 import json
 import shutil
 import subprocess
@@ -22,8 +22,8 @@ from pygpt import export as exporter
 from pygpt.onnx.bert import padded_batch
 from pygpt.storage.run_files import RUNNER_CONFIG
 from pygpt_runtime import command as runner_command
-from test_answer import answerer  # noqa: F401  (the tiny question answerer)
-from test_tag import run, tagger  # noqa: F401  (the tiny entity tagger)
+from test_answer import FIXTURE as QA_FIXTURE, answerer  # noqa: F401  (the tiny answerer)
+from test_tag import FIXTURE as TAG_FIXTURE, run, tagger  # noqa: F401  (the tiny tagger)
 
 LENGTHS = [[32], [7, 1, 19], [3, 30, 12, 1, 5]]  # all padded but the first
 TEXTS = ["Yuki Tanaka works for Acme Corp in New York, said Reuters.",
@@ -94,6 +94,22 @@ def test_tagging_prints_what_pygpt_tag_prints(exports):
     assert len(tokenizer.encode(TEXTS[1])) > 32  # the long text takes several rows
 
 
+def test_scoring_a_file_prints_what_pygpt_tag_prints(exports, tmp_path):
+    """The fixture (its long sentence read in several rows) and an IOB1 file, whose I- tags
+    that begin entities are counted and read as B-."""
+    ckpt, onnx_dir = exports["tag"]
+    iob1 = tmp_path / "iob1.conll"
+    iob1.write_text("Yuki\tI-PER\nTanaka\tI-PER\nflew\tO\nto\tO\nParis\tI-LOC\n")
+    for data in (TAG_FIXTURE, iob1):
+        expected = run(pygpt.tag.main, ["--ckpt", str(ckpt), "--data", str(data)])
+        got = run(runner_command.main, ["--model", str(onnx_dir), "--data", str(data)])
+        assert got == expected
+    assert expected.startswith("2 I- tags that began an entity were read as B-")
+    with pytest.raises(SystemExit, match="^error: .*line 1: tags B-DATE are not the model's"):
+        (tmp_path / "date.conll").write_text("May\tB-DATE\n")
+        runner_command.main(["--model", str(onnx_dir), "--data", str(tmp_path / "date.conll")])
+
+
 def test_answering_prints_what_pygpt_answer_prints(exports):
     ckpt, onnx_dir = exports["qa"]
     outputs = set()
@@ -106,6 +122,19 @@ def test_answering_prints_what_pygpt_answer_prints(exports):
     assert len(tokenizer.encode(CONTEXT)) > 32  # a context of several windows
 
 
+def test_scoring_a_squad_file_prints_what_pygpt_answer_prints(exports, tmp_path):
+    """The fixture, v2.0 with unanswerable questions (scored by kind), and a bad file."""
+    ckpt, onnx_dir = exports["qa"]
+    expected = run(pygpt.answer.main, ["--ckpt", str(ckpt), "--data", str(QA_FIXTURE)])
+    got = run(runner_command.main, ["--model", str(onnx_dir), "--data", str(QA_FIXTURE)])
+    assert got == expected
+    assert "unanswerable: exact match" in expected
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"data": [{"paragraphs": [{"context": "x", "qas": [{"id": "q1"}]}]}]}')
+    with pytest.raises(SystemExit, match="^error: .*question 'q1': no 'question'$"):
+        runner_command.main(["--model", str(onnx_dir), "--data", str(bad)])
+
+
 def test_the_runner_needs_no_torch(exports, tmp_path):
     env = torch_free_env(tmp_path)
     for task, args in (("tag", ["--text", TEXTS[1], "--int8"]), ("qa", QUESTIONS[0])):
@@ -116,13 +145,16 @@ def test_the_runner_needs_no_torch(exports, tmp_path):
 
 
 @pytest.mark.parametrize("task, args, pattern", [
-    ("tag", ["--question", "a", "--context", "b"], "takes --text"),
+    ("tag", ["--question", "a", "--context", "b"], "takes either --data .* or --text"),
+    ("tag", ["--text", "a", "--data", "x"], "takes either --data"),
+    ("qa", ["--data", "x", "--question", "a"], "takes either --data .* or --question"),
+    ("qa", ["--data", "x", "--context", "a"], "--context goes with --question"),
     ("tag", ["--text", "a", "--question", "b"], "--question and --context are for"),
     ("tag", ["--text", "a", "--text-pair", "b"], "--text-pair is for a classifier"),
     ("tag", ["--text", "a", "--no-answer"], "--no-answer and --null-threshold are for"),
     ("tag", ["--text", " ,"], None),
     ("tag", ["--text", "   "], "--text holds no words"),
-    ("qa", ["--text", "a"], "takes --question and --context"),
+    ("qa", ["--text", "a"], "takes either --data .* or --question and --context"),
     ("qa", ["--question", "a"], "--question needs --context"),
     ("qa", ["--question", "a", "--context", " \n"], "--context is empty"),
     ("qa", ["--question", "where " * 40, "--context", "x"],
