@@ -9,14 +9,17 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from pygpt.data.squad import EncodedQA, Question, questions_of, read_squad
 from pygpt.config.flags import add_batch_flags
+from pygpt.data.squad import EncodedQA
 from pygpt.mixed_precision import autocast
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load, load_labels
-from pygpt.tasks.qa import SPAN_LABELS, Prediction, answers_scored, predict_answers, unanswerable
+from pygpt.tasks.qa import SPAN_LABELS, predict_answers
 from pygpt.tokenizer import require_specials
+from pygpt_runtime.answering import Prediction, answer_lines
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
+from pygpt_runtime.squad import (Question, answers_scored, questions_of, read_squad, report,
+                                 unanswerable)
 
 
 def load_answerer(ckpt: str, kernels: str = "ext") -> tuple[BERT, object]:
@@ -36,17 +39,6 @@ def answer(model: BERT, tokenizer, question: str, context: str, no_answer: bool 
     encoded = EncodedQA([Question("", question, context, ())], tokenizer,
                         model.config.block_size, "--question")
     return predict_answers(model, encoded, no_answer, threshold)[0]
-
-
-def report(scores: dict[str, float], questions: int) -> str:
-    """Exact match and F1 over all the questions, then over each kind where both are there."""
-    lines = [f"exact match {scores['exact']:.4f}, F1 {scores['f1']:.4f} over {questions} "
-             "questions"]
-    for kind, what in (("has_ans", "answerable"), ("no_ans", "unanswerable")):
-        if f"{kind}_exact" in scores:
-            lines.append(f"{what}: exact match {scores[f'{kind}_exact']:.4f}, F1 "
-                         f"{scores[f'{kind}_f1']:.4f}")
-    return "\n".join(lines)
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -99,12 +91,8 @@ def main(argv: Optional[list[str]] = None) -> None:
             raise SystemExit(f"error: {e}") from None
         if args.question is None:
             print(report(scores, len(questions)))
-        elif found.text:
-            print(f"answer [{found.start}, {found.end}): {found.text}")
-            print(f"score {found.score:.4f} (start + end logit; [CLS] {found.null_score:.4f})")
         else:
-            print(f"no answer: [CLS] scores {found.null_score:.4f}, the best span "
-                  f"{found.score:.4f}")
+            print("\n".join(answer_lines(found)))
 
 
 if __name__ == "__main__":

@@ -8,15 +8,17 @@ import argparse
 from pathlib import Path
 from typing import Optional, Sequence
 
-from pygpt.data.conll import OUTSIDE, EncodedTags, Sentence, entities, overlap_for, read_conll
 from pygpt.config.flags import add_batch_flags
+from pygpt.data.conll import EncodedTags
 from pygpt.mixed_precision import autocast
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load, load_labels
-from pygpt.tasks.entities import EntityScore, score
 from pygpt.tasks.tagging import predict_tags
-from pygpt.tokenizer import require_specials, word_spans
+from pygpt.tokenizer import require_specials
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
+from pygpt_runtime.conll import Sentence, file_report, read_conll, score
+from pygpt_runtime.tagging import OUTSIDE, entity_lines, overlap_for, text_entities
+from pygpt_runtime.text import word_spans
 
 
 def load_tagger(ckpt: str, kernels: str = "ext") -> tuple[BERT, object, list[str]]:
@@ -48,17 +50,7 @@ def tag_text(model: BERT, tokenizer, labels: Sequence[str], text: str
     words = tuple(text[start:end] for start, end in spans)
     tags = predict_tags(model, encode([Sentence(words, (OUTSIDE,) * len(words), 1)], model,
                                       tokenizer, labels, "--text"), labels)[0]
-    return [(e.type, spans[e.start][0], spans[e.end - 1][1]) for e in entities(tags)]
-
-
-def report(scores: dict[str, EntityScore]) -> str:
-    """A table: precision, recall, F1 and gold entities of each type, then the micro average."""
-    width = max(len(kind) for kind in scores)
-    lines = [f"{'type'.ljust(width)}  precision  recall      f1  support"]
-    for kind, s in scores.items():
-        lines.append(f"{kind.ljust(width)}  {s.precision:9.4f}  {s.recall:6.4f}  {s.f1:6.4f}  "
-                     f"{s.support:7d}")
-    return "\n".join(lines)
+    return text_entities(tags, spans)
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -92,15 +84,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         except (ValueError, FileNotFoundError) as e:
             raise SystemExit(f"error: {e}") from None
         if args.text is not None:
-            for kind, start, end in found:
-                print(f"{kind} [{start}, {end}): {' '.join(args.text[start:end].split())}")
-            if not found:
-                print("no entities")
+            print("\n".join(entity_lines(args.text, found)))
         else:
-            if tagged.repaired:
-                print(f"{tagged.repaired} I- tags that began an entity were read as B- "
-                      "(conlleval's reading)")
-            print(report(scores))
+            print(file_report(tagged, scores))
 
 
 if __name__ == "__main__":

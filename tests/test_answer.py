@@ -16,18 +16,19 @@ import torch.nn.functional as F
 import pygpt
 import pygpt.answer
 import pygpt.classify
-import pygpt.export
 import pygpt.train
 from helpers import metrics
 from pygpt.config import ModelConfig
 from pygpt.data.common import held_out
 from pygpt.data.labelled import SPLIT_SEED, VAL_FRACTION
-from pygpt.data.squad import EncodedQA, Question, question_rows, questions_of, read_squad
+from pygpt.data.squad import EncodedQA
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load_labels
-from pygpt.tasks.qa import SPAN_LABELS, answers_scored, best_answer, predict_answers
-from pygpt.tasks.squad import f1, normalize_answer, question_scores, squad_scores
+from pygpt.tasks.qa import SPAN_LABELS, best_answer, predict_answers
 from pygpt.tokenizer import WordPieceTokenizer
+from pygpt_runtime.answering import question_rows
+from pygpt_runtime.squad import (Question, answers_scored, f1, normalize_answer, question_scores,
+                                 questions_of, read_squad, squad_scores)
 
 from test_classify import run
 from test_tag import SHAPE
@@ -297,13 +298,10 @@ def test_a_bad_data_file_is_one_line(answerer, tmp_path):
 
 
 def test_refusals(answerer, tmp_path):
-    """An answerer is not a classifier, nor exported, nor served yet; another pooling does
+    """An answerer is not a classifier, nor served yet; another pooling does
     not fit --task qa; it distils nothing yet; pygpt.answer needs an answerer."""
     with pytest.raises(SystemExit, match="error: .*holds a question answerer"):
         pygpt.classify.main(["--ckpt", str(answerer), "--text", "a"])
-    with pytest.raises(SystemExit, match="error: a question answerer .* has no ONNX export yet"):
-        pygpt.export.main(["--ckpt", str(answerer), "--out", str(tmp_path / "onnx")])
-    assert not (tmp_path / "onnx").exists()
     with pytest.raises(SystemExit, match="error: --pooling token does not fit --task qa"):
         pygpt.train.main(["--task", "qa", "--pooling", "token", "--data", str(FIXTURE),
                           "--out", str(tmp_path / "x"), *SHAPE])

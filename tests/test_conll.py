@@ -1,5 +1,5 @@
 """CoNLL files for entity tagging (pygpt.data.conll) and the entity-level score
-(pygpt.tasks.entities): a file reads into sentences of words and BIO tags (CoNLL-2003's four
+(pygpt_runtime.conll): a file reads into sentences of words and BIO tags (CoNLL-2003's four
 columns and -DOCSTART- lines too), an I- that begins an entity is read as B- and counted, bad
 lines and unknown tag schemes are one line naming the file and line; entities and their
 precision/recall/F1 per type and micro-averaged equal seqeval's (the conlleval rule) on
@@ -9,8 +9,10 @@ import random
 
 import pytest
 
-from pygpt.data.conll import Entity, entities, labels, read_conll, repair
-from pygpt.tasks.entities import score
+from pygpt.data.conll import labels
+from pygpt_runtime.conll import read_conll, repair
+from pygpt_runtime.tagging import Entity, entities
+from pygpt_runtime.conll import score
 
 
 def write(tmp_path, text, name="data.conll"):
@@ -112,7 +114,7 @@ def test_a_sentence_that_fits_is_one_row_labelled_at_each_words_first_piece():
 
 def test_a_long_sentence_is_split_at_words_with_overlap_and_each_word_read_once_best():
     from pygpt.data.common import IGNORE_INDEX as IGNORED
-    from pygpt.data.common import best_windows
+    from pygpt_runtime.windows import best_windows
     from pygpt.data.conll import windows
 
     rng = random.Random(1)
@@ -146,7 +148,8 @@ def test_a_long_sentence_is_split_at_words_with_overlap_and_each_word_read_once_
 
 def test_sentences_become_padded_batches_with_tags_at_first_pieces():
     from pygpt.data.common import IGNORE_INDEX as IGNORED
-    from pygpt.data.conll import EncodedTags, Sentence
+    from pygpt.data.conll import EncodedTags
+    from pygpt_runtime.conll import Sentence
     from pygpt.tokenizer import WordPieceTokenizer
 
     text = "the cat sat on the mat . peter blackburn went to london .\n" * 20

@@ -19,12 +19,13 @@ from hf_helpers import WORDS, bert_folder, convert, import_variants, load_hf, te
 from helpers import train_cli
 from pygpt.storage import checkpoint
 from pygpt.config import ModelConfig
-from pygpt.data.conll import entities
+from pygpt_runtime.tagging import entities
 from pygpt.data.labelled import Encoded, Example
 from pygpt.export import export
 from pygpt.families import build
 from pygpt.tasks.qa import SPAN_LABELS
-from pygpt.tokenizer import WordPieceTokenizer, word_spans
+from pygpt.tokenizer import WordPieceTokenizer
+from pygpt_runtime.text import word_spans
 from pygpt_runtime.onnx_bert import OnnxBERT
 from test_classify import run
 

@@ -1,7 +1,7 @@
 """Entity tagging end to end: `python -m pygpt.train --task tag` on the shipped CoNLL fixture
 (from scratch, from a pretrained BERT, resumed exactly) logs entity-level precision, recall and
 F1 that equal a rescoring of the saved checkpoint; `python -m pygpt.tag` prints entities with
-character spans that slice the text, and scores a file as pygpt.tasks.entities does; bad files
+character spans that slice the text, and scores a file as pygpt_runtime.conll does; bad files
 and the wrong checkpoint or flags end in one `error:` line. Tiny models, a few dozen steps."""
 
 import contextlib
@@ -14,20 +14,20 @@ import pytest
 
 import pygpt
 import pygpt.classify
-import pygpt.export
 import pygpt.prune
 import pygpt.tag
 import pygpt.train
 from helpers import metrics, state_dicts_equal
 from pygpt.data.common import held_out
-from pygpt.data.conll import Sentence, entities, read_conll
+from pygpt_runtime.conll import Sentence, read_conll
 from pygpt.data.labelled import SPLIT_SEED, VAL_FRACTION
 from pygpt.families import family
 from pygpt.storage.checkpoint import load_labels
 from pygpt.storage.run_files import CONFIG
-from pygpt.tasks.entities import score
+from pygpt_runtime.conll import score
 from pygpt.tasks.tagging import entity_metrics, predict_tags
-from pygpt.tokenizer import word_spans
+from pygpt_runtime.tagging import entities
+from pygpt_runtime.text import word_spans
 
 FIXTURE = Path(__file__).parent / "fixtures" / "entities.conll"
 SHAPE = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--block-size", "32",
@@ -165,13 +165,10 @@ def test_a_file_with_tags_the_model_lacks(tagger, tmp_path):
 
 
 def test_refusals(tagger, tmp_path):
-    """A tagger is not a classifier (nor exported yet), a classifier's pooling is not a
+    """A tagger is not a classifier, a classifier's pooling is not a
     tagger's, a tagger distils nothing yet, and pygpt.tag needs a tagger."""
     with pytest.raises(SystemExit, match="error: .*holds an entity tagger"):
         pygpt.classify.main(["--ckpt", str(tagger), "--text", "a"])
-    with pytest.raises(SystemExit, match="error: an entity tagger .* has no ONNX export yet"):
-        pygpt.export.main(["--ckpt", str(tagger), "--out", str(tmp_path / "onnx")])
-    assert not (tmp_path / "onnx").exists()
     with pytest.raises(SystemExit, match="error: --pooling mean does not fit --task tag"):
         pygpt.train.main(["--task", "tag", "--pooling", "mean", "--data", str(FIXTURE),
                           "--out", str(tmp_path / "x"), *SHAPE])

@@ -27,6 +27,8 @@ TRANSLATOR_PARTS = ("encoder", "decoder", "decoder_with_past")
 # different lengths in one call); one of format 1 (exports made before) does not.
 GPT_FORMATS = (1, 2)
 LENGTH_INPUTS = ("input_lengths", "past_lengths")
+# A question answerer's labels: the names of its two logits a token (pygpt.tasks.qa saves them).
+SPAN_LABELS = ["start", "end"]
 
 
 def count(v: Any) -> bool:
@@ -70,9 +72,10 @@ def _io(v: Any) -> bool:
 @dataclass(frozen=True)
 class Task:
     """One task of a family (runner.json's "task"): its server routes, "module:function" of the
-    served model (serve/served.py's Served) giving a FastAPI APIRouter; and the fields of
-    runner.json it adds."""
-    routes: str
+    served model (serve/served.py's Served) giving a FastAPI APIRouter (None: pygpt-run runs
+    it, the server has no routes for it yet and refuses it); and the fields of runner.json it
+    adds."""
+    routes: Optional[str]
     fields: dict[str, Check] = field(default_factory=dict)
 
 
@@ -156,7 +159,10 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            tasks={"fill-mask": Task("pygpt_runtime.serve.tasks:fill_mask_router"),
                   "classify": Task("pygpt_runtime.serve.tasks:classify_router",
                                    {"labels": (names, "the list of the classifier's label "
-                                                      "names")})},
+                                                      "names")}),
+                  "tag": Task(None, {"labels": (names, "the list of the tagger's BIO tags")}),
+                  "qa": Task(None, {"labels": (lambda v: v == SPAN_LABELS,
+                                               f"the answerer's outputs {SPAN_LABELS}")})},
            fields={"models": _graph_files(())}),
     Family("seq2seq", runner="pygpt_runtime.onnx_seq2seq:OnnxSeq2Seq",
            main="pygpt_runtime.onnx_seq2seq:main", worker="requests",

@@ -1,22 +1,26 @@
 """Run a pygpt model exported to ONNX, with onnxruntime and numpy only: generate text (gpt),
-fill masks or classify (bert; see onnx_bert.py), by the family its runner.json names.
+fill masks, classify, tag entities or answer questions (bert; see onnx_bert.py), by the family
+its runner.json names.
 
     pygpt-run --model out/onnx/ --prompt "ROMEO:" --max-new-tokens 500
     pygpt-run --model out/onnx/ --prompt "ROMEO:" --prompt "JULIET:" --seed 1   # one batch
     pygpt-run --model bert/onnx/ --text "To be, or not to [MASK]" --top-k 5
     pygpt-run --model cls/onnx/ --text "a cat" [--text-pair "a dog"]
+    pygpt-run --model ner/onnx/ --text "Peter Blackburn flew to Brussels"   # or --data FILE
+    pygpt-run --model qa/onnx/ --question "Where?" --context "It rises in the Alps." [--no-answer]
+    pygpt-run --model qa/onnx/ --data dev-v2.0.json                        # exact match, F1
 
 (pygpt-run is `python -m pygpt_runtime`; it runs a translator's export with onnx_seq2seq.py's
 flags.) This package is the deployment side: `pip install export/` on a machine without torch or
-pygpt, and copy the export folder there. Fill-mask and classify print what
-python -m pygpt.fill_mask / pygpt.classify --text print. For a gpt it mirrors pygpt's generator:
-the same KV-cache loop, the same sliding window (continue from the last half-context once the
-context is full) and the same greedy / temperature / top-k / top-p rules, so greedy text matches
-PyTorch's token for token. Several prompts (--prompt again) are decoded together in one batch,
-one graph call per step whatever their lengths (Rows), and printed when done, each under a
-"=== prompt N ===" line as pygpt.generate prints them; each gets the text it gets alone. It
-refuses the sampling values pygpt.generate refuses (cli_checks.py), and Ctrl-C stops it with
-exit status 130 after the text so far.
+pygpt, and copy the export folder there. A bert's tasks print what python -m pygpt.fill_mask /
+pygpt.classify / pygpt.tag (--text, --data) and pygpt.answer (--question, --data) print. For a
+gpt it mirrors pygpt's generator: the same KV-cache loop, the same sliding window (continue from
+the last half-context once the context is full) and the same greedy / temperature / top-k /
+top-p rules, so greedy text matches PyTorch's token for token. Several prompts (--prompt again)
+are decoded together in one batch, one graph call per step whatever their lengths (Rows), and
+printed when done, each under a "=== prompt N ===" line as pygpt.generate prints them; each gets
+the text it gets alone. It refuses the sampling values pygpt.generate refuses (cli_checks.py),
+and Ctrl-C stops it with exit status 130 after the text so far.
 """
 from __future__ import annotations
 
@@ -240,9 +244,24 @@ def parser() -> argparse.ArgumentParser:
                    help="gpt: the text to continue (default: a newline); give it again for more "
                         "prompts, decoded together")
     p.add_argument("--text", default=None, help="bert: a text with [MASK]s to fill, or a text "
-                                                "to classify (default: none)")
+                                                "to classify or tag (default: none)")
     p.add_argument("--text-pair", default=None,
                    help="bert classifier: the second text (default: none)")
+    p.add_argument("--data", default=None,
+                   help="bert entity tagger: a CoNLL file to score it on (entity precision, "
+                        "recall and F1); question answerer: a SQuAD v1.1 or v2.0 file (exact "
+                        "match and F1)")
+    p.add_argument("--question", default=None,
+                   help="bert question answerer: a question to answer from --context")
+    p.add_argument("--context", default=None, help="bert question answerer: the text that "
+                                                   "holds the answer")
+    p.add_argument("--no-answer", action="store_true",
+                   help="bert question answerer: the question may go unanswered (SQuAD v2.0): "
+                        "when the [CLS] score beats the best span's by more than "
+                        "--null-threshold")
+    p.add_argument("--null-threshold", type=float, default=0.0,
+                   help="bert question answerer: how far the [CLS] score must beat the best "
+                        "span's for no answer")
     add_sampling_flags(p, "gpt: ", top_k_also="; bert fill-mask: fills shown (default: 5)")
     p.add_argument("--threads", type=int, default=None,
                    help="onnxruntime intra-op threads (default: onnxruntime's choice)")
@@ -256,9 +275,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         check_threads(args.threads)
         read_config(Path(args.model), "gpt", ", which does not generate")
-        if args.text is not None or args.text_pair is not None:
-            raise ValueError(f"--text is for a bert export; {args.model} holds a gpt model "
-                             "(give --prompt)")
+        if any(v is not None for v in (args.text, args.text_pair, args.data, args.question,
+                                       args.context)):
+            raise ValueError(f"--text and --question are for a bert export; {args.model} holds "
+                             "a gpt model (give --prompt)")
         prompts = ["\n"] if args.prompt is None else args.prompt
         check_sampling(args.greedy, args.temperature, args.top_k, args.top_p,
                        args.max_new_tokens)

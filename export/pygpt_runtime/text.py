@@ -2,9 +2,10 @@
 (the `tokenizers` library only for bpe and wordpiece, imported when one is read), the special
 tokens' encoding (pygpt.tokenizer's kinds subclass SpecialsEncoding), the streaming decoder of
 token ids (TextStream, decode_stream: the runner, the server, python -m pygpt.generate), a
-translator's source text cut before it is tokenized, and the check that a file of the export
-is there. It imports neither onnxruntime nor numpy, so that pygpt's training and commands,
-which import it, load neither (onnx_text.py holds the graph runs).
+translator's source text cut before it is tokenized, a raw text's words as a WordPiece tokenizer
+splits it (word_spans: what an entity tagger and a question answerer read), and the check that a
+file of the export is there. It imports neither onnxruntime nor numpy, so that pygpt's training
+and commands, which import it, load neither (onnx_text.py holds the graph runs).
 
 Special tokens ([PAD] [UNK] [CLS] [SEP] [MASK], for the BERT family) behave as in pygpt's
 tokenizers: encode(text) treats a name written in text as plain text (HF's library matches the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import codecs
 import re
+import unicodedata
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -265,3 +267,30 @@ def decode_stream(tokenizer, ids: Iterable[int]) -> Iterator[str]:
             yield piece
     if rest := text.finish():
         yield rest
+
+
+def _is_punctuation(c: str) -> bool:
+    """BERT's rule (its BasicTokenizer, and the tokenizers library's BertPreTokenizer): every
+    ASCII character that is not a letter, digit or space, and Unicode's punctuation (P*)."""
+    return ((33 <= ord(c) <= 47 or 58 <= ord(c) <= 64 or 91 <= ord(c) <= 96
+             or 123 <= ord(c) <= 126) or unicodedata.category(c).startswith("P"))
+
+
+def word_spans(text: str) -> list[tuple[int, int]]:
+    """The words of a raw text as character spans [start, end):
+    split at whitespace and around each punctuation character (one word each), as a WordPiece
+    tokenizer splits before it looks up pieces (and as CoNLL files hold words)."""
+    spans: list[tuple[int, int]] = []
+    start: Optional[int] = None
+    for i, c in enumerate(text):
+        if c.isspace() or _is_punctuation(c):
+            if start is not None:
+                spans.append((start, i))
+                start = None
+            if not c.isspace():
+                spans.append((i, i + 1))
+        elif start is None:
+            start = i
+    if start is not None:
+        spans.append((start, len(text)))
+    return spans

@@ -2,13 +2,12 @@
 flat, right-padded rows of one or two segments, the cut of a pair of segments to a budget
 (BERT's pretraining pairs and classification inputs, the translator's sentence pairs), the
 fine-tuning sets' batches drawn at random or in order (Rows) and their held-out validation
-part, and, for a text read in overlapping rows, the row that reads each of its units with the
-most context (best_windows)."""
+part."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Protocol, Sequence, TypeVar, Union
+from typing import Any, Iterator, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 import torch
@@ -80,28 +79,6 @@ class Rows:
         """Every row once, in order, batch_size at a time (the last batch may be smaller)."""
         for start in range(0, len(self), batch_size):
             yield self.batch(range(start, min(start + batch_size, len(self))))
-
-
-class TextWindow(Protocol):
-    """A row over part of a longer text: the text's unit (a word, a piece) at its start, and
-    the row position of each of its units."""
-    first: int
-    firsts: list[int]
-
-
-def best_windows(rows: Sequence[TextWindow], n_units: int) -> list[tuple[int, int]]:
-    """For each unit of a text read in overlapping rows, the row that reads it with the most
-    context (the larger of its units before and after in the row being the smaller, as for a
-    document stride; the first such row) and its position there: where its prediction is
-    taken. (-1, -1) for a unit no row holds."""
-    best: list[tuple[int, int, int]] = [(-1, -1, -1)] * n_units  # (context, row, position)
-    for r, row in enumerate(rows):
-        for k, at in enumerate(row.firsts):
-            unit = row.first + k
-            context = min(k, len(row.firsts) - 1 - k)
-            if context > best[unit][0]:
-                best[unit] = (context, r, at)
-    return [(r, at) for _, r, at in best]
 
 
 def held_out(items: Sequence[Item], fraction: float, seed: int, path: Union[str, Path],

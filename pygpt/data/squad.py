@@ -1,17 +1,11 @@
-"""Extractive question answering data in the SQuAD format (--task qa): reading a v1.1 or v2.0
-JSON file, and a question's rows for the model, [CLS] question [SEP] context-window [SEP].
+"""Extractive question answering data in the SQuAD format (--task qa): a question's rows for
+the model, [CLS] question [SEP] context-window [SEP], ready to batch. Reading a v1.1 or v2.0
+file is pygpt_runtime.squad's.
 
-A file is {"data": [{"paragraphs": [{"context": C, "qas": [{"id", "question", "answers":
-[{"text", "answer_start"}], "is_impossible"}]}]}]} ("title", "version" and v2.0's
-"plausible_answers" are allowed and unread). An answerable question needs an answer whose text
-is the context's at answer_start; v2.0's unanswerable ones (is_impossible true) have none, and
-their answer is the [CLS] token. Every problem (a missing field, a wrong type, an answer not at
-its answer_start, an empty context or question) is a ValueError naming the file and the
-question's id (or the paragraph's place, for a paragraph's own fields).
-
-Rows: the context is cut into words as a WordPiece tokenizer splits it (pygpt.tokenizer's
-word_spans), each word into the tokenizer's pieces, and a piece's characters are its word's (so
-a predicted span is whole words of the original context, as BERT's run_squad gives). A context
+Rows (pygpt_runtime.answering's, which the runtime shares): the context is cut into words as a
+WordPiece tokenizer splits it (pygpt_runtime.text.word_spans), each word into the tokenizer's
+pieces, and a piece's characters are its word's (so a predicted span is whole words of the
+original context, as BERT's run_squad gives). A context
 longer than a row holds is read in windows overlapping by `stride` pieces (a document stride);
 a window that does not hold the whole answer, and an unanswerable question, point at [CLS]
 (position 0). A question whose pieces leave no room for the context in a row is refused.
@@ -19,131 +13,15 @@ a window that does not hold the whole answer, and an unanswerable question, poin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
 from pygpt.data.common import Rows, pad_rows
-from pygpt.tokenizer import require_specials, word_spans
-from pygpt_runtime.json_file import read_json
-
-
-class Answer(NamedTuple):
-    text: str
-    start: int  # its first character in the context
-
-
-class Question(NamedTuple):
-    id: str
-    question: str
-    context: str
-    answers: tuple[Answer, ...]  # empty: unanswerable (v2.0's is_impossible)
-
-
-class Paragraph(NamedTuple):
-    context: str
-    questions: list[Question]
-
-
-def _field(obj: Mapping[str, Any], name: str, kind: type, where: str) -> Any:
-    """obj[name], which must be of type kind; a ValueError naming where otherwise."""
-    if name not in obj:
-        raise ValueError(f"{where}: no {name!r}")
-    value = obj[name]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ValueError(f"{where}: {name!r} must be a {kind.__name__}, got "
-                         f"{type(value).__name__}")
-    return value
-
-
-def _question(qa: Any, context: str, path: Path, where: str) -> Question:
-    """A question object of the file path, checked; where names its place until its id is
-    known."""
-    if not isinstance(qa, dict):
-        raise ValueError(f"{where}: a question must be an object")
-    qid = _field(qa, "id", str, where)
-    if not qid:
-        raise ValueError(f"{where}: empty 'id'")
-    where = f"{path}, question {qid!r}"
-    text = _field(qa, "question", str, where)
-    if not text.strip():
-        raise ValueError(f"{where}: empty question")
-    impossible = qa.get("is_impossible", False)
-    if not isinstance(impossible, bool):
-        raise ValueError(f"{where}: 'is_impossible' must be true or false")
-    answers = []
-    for a in _field(qa, "answers", list, where) if not impossible else qa.get("answers") or []:
-        if not isinstance(a, dict):
-            raise ValueError(f"{where}: an answer must be an object")
-        answer, start = _field(a, "text", str, where), _field(a, "answer_start", int, where)
-        if not answer.strip():
-            raise ValueError(f"{where}: empty answer text")
-        if context[start:start + len(answer)] != answer or start < 0:
-            found = context[max(start, 0):max(start, 0) + len(answer)]
-            raise ValueError(f"{where}: answer {answer[:40]!r} is not at answer_start {start} "
-                             f"(the context there reads {found[:40]!r})")
-        answers.append(Answer(answer, start))
-    if impossible and answers:
-        raise ValueError(f"{where}: is_impossible, yet it has answers")
-    if not impossible and not answers:
-        raise ValueError(f"{where}: no answers (and not is_impossible)")
-    return Question(qid, text, context, tuple(answers))
-
-
-def read_squad(path: Union[str, Path]) -> list[Paragraph]:
-    """The paragraphs of a SQuAD file, each with its questions (module docstring)."""
-    path = Path(path)
-    try:
-        top = read_json(path, "SQuAD JSON")
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no file at {path}") from None
-    if not isinstance(top, dict):
-        raise ValueError(f"{path}: SQuAD JSON is an object with a 'data' list")
-    paragraphs = []
-    for a, article in enumerate(_field(top, "data", list, str(path))):
-        where = f"{path}, article {a}"
-        if not isinstance(article, dict):
-            raise ValueError(f"{where}: an article must be an object")
-        for p, paragraph in enumerate(_field(article, "paragraphs", list, where)):
-            where = f"{path}, article {a}, paragraph {p}"
-            if not isinstance(paragraph, dict):
-                raise ValueError(f"{where}: a paragraph must be an object")
-            context = _field(paragraph, "context", str, where)
-            qas = _field(paragraph, "qas", list, where)
-            if not context.strip():
-                names = ", ".join(repr(q.get("id")) for q in qas if isinstance(q, dict))
-                raise ValueError(f"{where}: empty context" + (f" (questions {names})"
-                                                              if names else ""))
-            paragraphs.append(Paragraph(context, [
-                _question(qa, context, path, f"{where}, question {k}")
-                for k, qa in enumerate(qas)]))
-    if not any(p.questions for p in paragraphs):
-        raise ValueError(f"{path}: no questions")
-    return paragraphs
-
-
-def questions_of(paragraphs: Sequence[Paragraph]) -> list[Question]:
-    return [q for p in paragraphs for q in p.questions]
-
-
-class Pieces(NamedTuple):
-    """A context as the tokenizer's pieces, each with its word's characters [start, end)."""
-    ids: list[int]
-    spans: list[tuple[int, int]]
-
-
-def context_pieces(context: str, tokenizer, unknown: int) -> Pieces:
-    """context's pieces: each word's (word_spans) from the tokenizer, [UNK] for one it gives
-    none. A ValueError for a context of no words."""
-    ids, spans = [], []
-    for start, end in word_spans(context):
-        word = tokenizer.encode(context[start:end]) or [unknown]
-        ids += word
-        spans += [(start, end)] * len(word)
-    if not ids:
-        raise ValueError("empty context")
-    return Pieces(ids, spans)
+from pygpt.tokenizer import require_specials
+from pygpt_runtime.answering import Pieces, QARow, context_pieces, question_rows
+from pygpt_runtime.squad import Answer, Question
 
 
 def answer_pieces(pieces: Pieces, answer: Answer) -> tuple[int, int]:
@@ -152,42 +30,6 @@ def answer_pieces(pieces: Pieces, answer: Answer) -> tuple[int, int]:
     first = next(i for i, (_, e) in enumerate(pieces.spans) if e > answer.start)
     last = max(i for i, (s, _) in enumerate(pieces.spans) if s < end)
     return first, last
-
-
-class QARow(NamedTuple):
-    """A model row: [CLS] question [SEP] some of the context's pieces [SEP]."""
-    ids: list[int]
-    first: int  # the context's first piece in it
-    firsts: list[int]  # the row position of each of its context pieces
-    start: int  # the answer's first piece's position, 0 ([CLS]) when the row lacks the answer
-    end: int  # its last piece's
-
-
-def question_rows(question: Sequence[int], pieces: Sequence[int],
-                  answer: Optional[tuple[int, int]], cls: int, sep: int, most: int,
-                  stride: Optional[int] = None) -> list[QARow]:
-    """A question's rows of at most `most` positions: the context's pieces in windows of the
-    room the question leaves, each after the first starting `stride` pieces (default: half the
-    room) before the end of the one before, until the last reaches the context's end; answer
-    (its first and last piece, None: unanswerable) at its positions in a row that holds all of
-    it, else at [CLS]. A ValueError when the question leaves no room."""
-    room = most - len(question) - 3
-    if room < 1:
-        raise ValueError(f"the question's {len(question)} pieces leave no room for the context "
-                         f"in a row of {most} (a question may have {most - 4} at most)")
-    overlap = room // 2 if stride is None else min(stride, room - 1)
-    head = [cls, *question, sep]
-    rows, start = [], 0
-    while True:
-        end = min(start + room, len(pieces))
-        at, to = (0, 0)
-        if answer is not None and start <= answer[0] and answer[1] < end:
-            at, to = (len(head) + answer[0] - start, len(head) + answer[1] - start)
-        rows.append(QARow([*head, *pieces[start:end], sep], start,
-                          list(range(len(head), len(head) + end - start)), at, to))
-        if end == len(pieces):
-            return rows
-        start = end - overlap
 
 
 class QABatch(NamedTuple):

@@ -9,10 +9,10 @@ import shlex
 
 from pygpt.onnx.bert import export_bert
 from pygpt.families.base import Family
-from pygpt.data.conll import read_conll
+from pygpt_runtime.conll import read_conll
 from pygpt.data.labelled import read_labelled
 from pygpt.data.mlm import MLMBatches
-from pygpt.data.squad import questions_of, read_squad
+from pygpt_runtime.squad import questions_of, read_squad
 from pygpt.data.common import IGNORE_INDEX
 from pygpt.inspect.attention_maps import MapInputs, batch_rows, encode_text
 from pygpt.models import BERT

@@ -2,7 +2,9 @@
 and Optimum use: inputs `input_ids`, `attention_mask` (1 for real tokens; right padding, as the
 tokenizers of HF give) and `token_type_ids` (0 for segment A, 1 for B), all (batch, seq) int64;
 output `logits`: the masked-LM logits (batch, seq, vocab) of a pretrained model ("fill-mask"),
-or the class logits (batch, num_labels) of a classifier ("classify"). Batch and seq (up to
+the class logits (batch, num_labels) of a classifier ("classify"), or a head per token's
+(batch, seq, num_labels): an entity tagger's tag logits ("tag") or a question answerer's start
+and end logits ("qa", num_labels 2: [..., 0] the start's). Batch and seq (up to
 block_size) are dynamic. The graph turns the mask into per-row lengths, sum(attention_mask, 1),
 which our attention op takes (the translation builds the padding mask from them), so it is
 exactly BERT.forward(input_ids, token_type_ids, lengths). Checked against PyTorch on padded
@@ -76,7 +78,7 @@ def _check_against_torch(model: BERT, path: Path, tol: float = 1e-4) -> None:
         with torch.no_grad():
             expected = _Encoder(model)(*batch.values()).numpy()
         got = session.run(None, {name: t.numpy() for name, t in batch.items()})[0]
-        if expected.ndim == 3:  # masked-LM logits: the padded positions are no one's
+        if expected.ndim == 3:  # logits per token: the padded positions are no one's
             real = batch["attention_mask"].numpy().astype(bool)
             expected, got = expected[real], got[real]
         err = float(np.abs(got - expected).max())
@@ -86,20 +88,18 @@ def _check_against_torch(model: BERT, path: Path, tol: float = 1e-4) -> None:
 
 def export_bert(model: BERT, tokenizer, labels: Optional[list[str]], out_dir,
                 quantize: Optional[Int8Settings] = None) -> list[Path]:
-    """Exports a loaded BERT (with its tokenizer, and labels for a classifier) into out_dir
-    (with quantize, its int8 copy too); returns the files written. An entity tagger or a
-    question answerer (a head per token: TOKEN_HEADS) is refused: the runtime and the server
-    read a classifier's logits per text."""
+    """Exports a loaded BERT (with its tokenizer, and labels for a classifier, a tagger or an
+    answerer) into out_dir (with quantize, its int8 copy too); returns the files written.
+    runner.json's task: "fill-mask" without a head, a head per token's --task (TOKEN_HEADS:
+    "tag", "qa"), else "classify"."""
     head = TOKEN_HEADS.get(model.config.pooling)
-    if model.classifier is not None and head is not None:
-        raise ValueError(f"{head.what} (pooling {model.config.pooling}, --task {head.task}) has "
-                         f"no ONNX export yet; use python -m {head.command} on the checkpoint")
     require_specials(tokenizer.special_tokens, ("[PAD]", "[CLS]", "[SEP]", "[MASK]"),
                      "a BERT export's runner")
     model.eval()
     cfg = model.config
     runner_config = {"family": "bert",
-                     "task": "classify" if model.classifier is not None else "fill-mask",
+                     "task": ("fill-mask" if model.classifier is None
+                              else head.task if head is not None else "classify"),
                      "labels": labels, "vocab_size": cfg.vocab_size,
                      "block_size": cfg.block_size, "inputs": INPUTS, "outputs": OUTPUTS}
     return write_export(Path(out_dir), {ONNX_FP32: lambda path: _to_onnx(model, path)},

@@ -47,8 +47,8 @@ class TokenHead(NamedTuple):
     command: str  # the module whose command runs it
 
 
-# By the pooling that says so in the config: the heads no classifier command, ONNX export or
-# server route reads (their outputs are per token).
+# By the pooling that says so in the config: the heads no classifier command or server route
+# reads (their outputs are per token); an ONNX export names their task in its runner.json.
 TOKEN_HEADS = {"token": TokenHead("an entity tagger", "tag", "pygpt.tag"),
                "span": TokenHead("a question answerer", "qa", "pygpt.answer")}
 

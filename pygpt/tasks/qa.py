@@ -2,36 +2,25 @@
 as rows of [CLS] question [SEP] context-window [SEP], a start and an end logit per token (pooling
 "span"); an evaluation reports the loss and how often a row's start and end are both right over
 whole passes of the validation rows, and, from the model's answers over all of each question's
-rows, SQuAD's exact match and F1 (pygpt.tasks.squad).
+rows, SQuAD's exact match and F1 (pygpt_runtime.squad).
 
-A question's answer is its best span over all its rows: start <= end, at most MAX_ANSWER pieces,
-inside the context, starting at a piece read in the row that gives it the most context (as BERT's
-run_squad), scored start logit + end logit. Where unanswerable questions are allowed (v2.0), no
-answer is given when [CLS]'s score (its least over the rows) beats the best span's by more than
-a threshold (0 by default, as the v2.0 baseline)."""
+A question's answer is its best span over all its rows, as pygpt_runtime.answering finds it (the
+runtime shares it): start <= end, at most MAX_ANSWER pieces, start logit + end logit, or none
+where unanswerable questions are allowed and [CLS] scores better."""
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
-from pygpt.data.common import best_windows, held_out
+from pygpt.data.common import held_out
 from pygpt.data.labelled import SPLIT_SEED, VAL_FRACTION
-from pygpt.data.squad import EncodedQA, Question, questions_of, read_squad
+from pygpt.data.squad import EncodedQA
 from pygpt.decoding.finite import require_finite
 from pygpt.tasks import FineTuning
-from pygpt.tasks.squad import squad_scores
-
-SPAN_LABELS = ["start", "end"]  # the head's two outputs a token, saved as a QA model's labels
-MAX_ANSWER = 30  # pieces of the longest answer predicted (run_squad's max_answer_length)
-
-
-class Prediction(NamedTuple):
-    text: str  # "" when no answer is given
-    start: int  # the answer's characters [start, end) in the context; both -1 without one
-    end: int
-    score: float  # the best span's start + end logit (also when no answer is given)
-    null_score: float  # [CLS]'s start + end logit, the least over the question's rows
+from pygpt_runtime.answering import MAX_ANSWER, Prediction, best_span
+from pygpt_runtime.families import SPAN_LABELS
+from pygpt_runtime.squad import answers_scored, questions_of, read_squad, unanswerable
 
 
 @torch.inference_mode()
@@ -52,32 +41,11 @@ def row_logits(model: torch.nn.Module, encoded: EncodedQA,
 def best_answer(encoded: EncodedQA, question: int, rows: Sequence[int],
                 logits: Sequence[torch.Tensor], no_answer: bool, threshold: float = 0.0,
                 max_answer: int = MAX_ANSWER) -> Prediction:
-    """The answer to encoded's question number `question` from its rows' logits (module
-    docstring); no_answer: whether it may be none."""
-    pieces = encoded.pieces[question]
-    windows = [encoded.rows[r] for r in rows]
-    reads = best_windows(windows, len(pieces.ids))  # each piece's row and position
-    best = (float("-inf"), 0, 0)
-    null = float("inf")
-    for k, (row, r) in enumerate(zip(windows, rows)):
-        start, end = logits[r][:, 0], logits[r][:, 1]
-        null = min(null, float(start[0] + end[0]))
-        at = torch.tensor(row.firsts)
-        scores = start[at][:, None] + end[at][None, :]
-        gap = torch.arange(len(at))[None, :] - torch.arange(len(at))[:, None]
-        allowed = (gap >= 0) & (gap < max_answer)
-        allowed &= torch.tensor([reads[row.first + i] == (k, p)
-                                 for i, p in enumerate(row.firsts)])[:, None]
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        flat = int(scores.argmax())
-        score = float(scores.view(-1)[flat])
-        if score > best[0]:
-            best = (score, row.first + flat // len(at), row.first + flat % len(at))
-    score, first, last = best
-    if no_answer and null > score + threshold:
-        return Prediction("", -1, -1, score, null)
-    start, end = pieces.spans[first][0], pieces.spans[last][1]
-    return Prediction(encoded.questions[question].context[start:end], start, end, score, null)
+    """The answer to encoded's question number `question` from its rows' logits
+    (pygpt_runtime.answering.best_span); no_answer: whether it may be none."""
+    return best_span(encoded.questions[question].context, encoded.pieces[question],
+                     [encoded.rows[r] for r in rows], [logits[r].numpy() for r in rows],
+                     no_answer, threshold, max_answer)
 
 
 def predict_answers(model: torch.nn.Module, encoded: EncodedQA, no_answer: bool,
@@ -89,17 +57,6 @@ def predict_answers(model: torch.nn.Module, encoded: EncodedQA, no_answer: bool,
         rows.setdefault(n, []).append(r)
     return [best_answer(encoded, n, rows[n], logits, no_answer, threshold)
             for n in range(len(encoded.questions))]
-
-
-def answers_scored(questions: Sequence[Question],
-                   predictions: Sequence[Prediction]) -> dict[str, float]:
-    """SQuAD's scores (pygpt.tasks.squad) of predictions for questions."""
-    return squad_scores([[a.text for a in q.answers] for q in questions],
-                        [p.text for p in predictions])
-
-
-def unanswerable(questions: Sequence[Question]) -> int:
-    return sum(not q.answers for q in questions)
 
 
 class QuestionAnswering(FineTuning):

@@ -2,19 +2,22 @@
 rows of the context, a loss per word (at its first piece); an evaluation reports the loss and
 the word accuracy over whole passes of the validation rows, and, from the model's predictions
 over whole sentences (each word read where its row gives it the most context), entity-level
-precision, recall and F1 micro-averaged and F1 per entity type (pygpt.tasks.entities)."""
+precision, recall and F1 micro-averaged and F1 per entity type (pygpt_runtime.conll)."""
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
 import torch
 
-from pygpt.data.common import IGNORE_INDEX, best_windows, held_out
-from pygpt.data.conll import EncodedTags, Sentence, labels as tag_labels, overlap_for, read_conll
+from pygpt.data.common import IGNORE_INDEX, held_out
+from pygpt.data.conll import EncodedTags, labels as tag_labels
+from pygpt_runtime.conll import Sentence, read_conll
 from pygpt.data.labelled import SPLIT_SEED, VAL_FRACTION
 from pygpt.decoding.finite import require_finite
 from pygpt.tasks import FineTuning
-from pygpt.tasks.entities import EntityScore, score
+from pygpt_runtime.conll import EntityScore, score
+from pygpt_runtime.tagging import overlap_for
+from pygpt_runtime.windows import best_windows
 
 
 @torch.inference_mode()

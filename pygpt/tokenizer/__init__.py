@@ -22,9 +22,8 @@ instead of True (SEQ2SEQ_SPECIALS, [PAD] [UNK] [BOS] [EOS], for a translator), o
 from __future__ import annotations
 
 import json
-import unicodedata
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Sequence, Union
 
 from pygpt.storage.atomic import atomic_write_text
 from pygpt.tokenizer.training import TextOrChunks, text_chunks, train_bpe, train_wordpiece
@@ -194,33 +193,6 @@ class WordPieceTokenizer(_HFTokenizer):
 
 Tokenizer = Union[CharTokenizer, BPETokenizer, WordPieceTokenizer]
 _HF_KINDS = {cls.hf_type: cls for cls in (BPETokenizer, WordPieceTokenizer)}
-
-
-def _is_punctuation(c: str) -> bool:
-    """BERT's rule (its BasicTokenizer, and the tokenizers library's BertPreTokenizer): every
-    ASCII character that is not a letter, digit or space, and Unicode's punctuation (P*)."""
-    return ((33 <= ord(c) <= 47 or 58 <= ord(c) <= 64 or 91 <= ord(c) <= 96
-             or 123 <= ord(c) <= 126) or unicodedata.category(c).startswith("P"))
-
-
-def word_spans(text: str) -> list[tuple[int, int]]:
-    """The words of a raw text as character spans [start, end):
-    split at whitespace and around each punctuation character (one word each), as a WordPiece
-    tokenizer splits before it looks up pieces (and as CoNLL files hold words)."""
-    spans: list[tuple[int, int]] = []
-    start: Optional[int] = None
-    for i, c in enumerate(text):
-        if c.isspace() or _is_punctuation(c):
-            if start is not None:
-                spans.append((start, i))
-                start = None
-            if not c.isspace():
-                spans.append((i, i + 1))
-        elif start is None:
-            start = i
-    if start is not None:
-        spans.append((start, len(text)))
-    return spans
 
 
 def load_tokenizer(path: Union[str, Path]) -> Tokenizer:
