@@ -48,13 +48,13 @@
 #include <cstdint>
 
 #include "cuda/kernel_utils.cuh"
+#include "cuda/attention_tc_common.cuh"
 #include "cuda/tensor_core.cuh"
 
 namespace pygpt::cuda {
 namespace {
 
 using detail::ceil_div;
-using detail::cp_async_16;
 using detail::cp_async_commit;
 using detail::cp_async_wait;
 using detail::kFullMask;
@@ -63,11 +63,13 @@ using detail::ldmatrix;
 using detail::mma_m16n8k16;
 using detail::MmaLayout;
 using detail::pack2;
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
+using tc::a_from_c_pair;
+using tc::aligned16;
+using tc::kLn2;
+using tc::kLog2e;
+using tc::load_tile_async;
+using tc::neg_inf;
+using tc::swizzled;
 
 template <int D>
 struct TcConfig {
@@ -97,36 +99,6 @@ struct TcParams {
   bool causal;
   AttentionBias<float> bias;  // natural units; the kernel multiplies it by log2(e)
 };
-
-// How many keys (a prefix) query i of a batch row with Lq real queries and Lk real keys sees.
-__device__ __forceinline__ int64_t tc_visible_keys(int64_t i, int64_t Lq, int64_t Lk,
-                                                   bool causal) {
-  if (i >= Lq) return 0;
-  if (!causal) return Lk;
-  const int64_t n = i + 1 + Lk - Lq;
-  return n < 0 ? 0 : n > Lk ? Lk : n;
-}
-
-// Element offset of chunk `chunk` (8 elements) of row `row` in a swizzled (rows x D) tile.
-template <int D>
-__device__ __forceinline__ int swizzled(int row, int chunk) {
-  return row * D + ((chunk ^ (row & 7)) << 3);
-}
-
-// Starts copying rows [0, rows) of a (rows x D) global tile into a swizzled shared tile, rows at
-// or past `valid` zero-filled without reading them (their source address is src itself, valid
-// whenever any row is; with valid = 0 nothing is read at all).
-template <int D, int kThreads>
-__device__ __forceinline__ void load_tile_async(uint16_t* dst, const uint16_t* src, int64_t valid,
-                                                int rows) {
-  constexpr int kChunks = D / 8;
-  for (int c = threadIdx.x; c < rows * kChunks; c += kThreads) {
-    const int r = c / kChunks, chunk = c % kChunks;
-    const bool real = r < valid;
-    cp_async_16(dst + swizzled<D>(r, chunk),
-                real ? src + static_cast<int64_t>(r) * D + chunk * 8 : src, real ? 16 : 0);
-  }
-}
 
 template <typename T, int D>
 __global__ void __launch_bounds__(TcConfig<D>::kThreads)
@@ -158,7 +130,7 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads)
 
   // Keys [0, key_end) are all any real row of the tile sees (visibility grows with the row).
   const int64_t last_row = (q0 + C::kBlockQ < Lq ? q0 + C::kBlockQ : Lq) - 1;
-  const int64_t key_end = q0 < Lq ? tc_visible_keys(last_row, Lq, Lk, p.causal) : 0;
+  const int64_t key_end = q0 < Lq ? tc::visible_keys(last_row, Lq, Lk, p.causal) : 0;
   const int64_t tiles = (key_end + kBK - 1) / kBK;
 
   load_tile_async<D, C::kThreads>(Qs, q, Lq - q0, C::kBlockQ);
@@ -173,11 +145,11 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads)
   // how many keys each sees, and their positions among the keys (for the bias distance).
   const int64_t warp_first = q0 + 16 * warp;
   const int64_t rows[2] = {warp_first + g, warp_first + g + 8};
-  const int64_t limit[2] = {tc_visible_keys(rows[0], Lq, Lk, p.causal),
-                            tc_visible_keys(rows[1], Lq, Lk, p.causal)};
+  const int64_t limit[2] = {tc::visible_keys(rows[0], Lq, Lk, p.causal),
+                            tc::visible_keys(rows[1], Lq, Lk, p.causal)};
   const int64_t pos[2] = {rows[0] + Lk - Lq, rows[1] + Lk - Lq};
   const int64_t warp_last = warp_first + 15 < Lq - 1 ? warp_first + 15 : Lq - 1;
-  const int64_t warp_keys = warp_first < Lq ? tc_visible_keys(warp_last, Lq, Lk, p.causal) : 0;
+  const int64_t warp_keys = warp_first < Lq ? tc::visible_keys(warp_last, Lq, Lk, p.causal) : 0;
 
   uint32_t qf[kQSteps][4];  // A fragments of the warp's 16 x D slice of Q
   float o[kOBlocks][4];     // O accumulators, C-fragment layout
@@ -290,10 +262,8 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads)
       // 2 pair + 1.
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk) {
-        const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]),
-                               pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                               pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                               pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        uint32_t a[4];
+        a_from_c_pair<T>(s[2 * kk], s[2 * kk + 1], a);
         const int key = 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
         for (int pair = 0; pair < kOBlocks / 2; ++pair) {
@@ -361,8 +331,6 @@ cudaError_t forward_tc_typed(const AttentionShape& s, const void* q, const void*
   if (s.Dk == 64) return launch_forward_tc<T, 64>(s, q, k, v, out, lse, bias, stream);
   return launch_forward_tc<T, 128>(s, q, k, v, out, lse, bias, stream);
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 

@@ -1,5 +1,6 @@
-// Tests the tensor-core flash attention forward (csrc/cuda/attention_tc.cu) in bf16 and fp16 at
-// head dims 64 and 128, on a GPU and on the host emulator, by FlashAttention-2's rule: against a
+// Tests the tensor-core flash attention forward (csrc/cuda/attention_tc.cu) and backward
+// (csrc/cuda/attention_tc_backward.cu) in bf16 and fp16 at head dims 64 and 128, on a GPU and on
+// the host emulator, by FlashAttention-2's rule: against a
 // float64 reference, our largest error must be at most twice that of a plain low-precision
 // implementation (plus a small absolute floor, so that two exact results pass). The plain
 // implementation (plain_row below) is the obvious one in the input type: S in float from
@@ -8,12 +9,26 @@
 // roundings of values up to about 10, errors near 1e-6, so twice the plain error alone would
 // judge rounding noise).
 //
+// The backward runs on the kernel forward's out and lse with a random dO (NaN at padded rows)
+// and is held by the same rule for dq, dk, dv and the bias gradients d table and d slopes. The
+// reference (backward_rows in float64) evaluates the backward's formulas on the inputs the
+// kernel gets: q, k, v, dO and the rounded out, delta = rowsum(dO * out), P from its own exact
+// softmax. Taking delta from the rounded out, as the kernel must, keeps out's rounding (the
+// forward's, judged above) out of both errors: it shifts every dS of a row alike, which the bias
+// gradients, sums of thousands of dS weighted by distance, would show as an error both
+// implementations share. The plain implementation (backward_rows with a Half) takes the same
+// out and lse as the kernel, computes S, P, dP, delta and dS in float, rounds P and dS to the
+// input type before the products P^T dO, dS^T q and dS k (and before summing dS into the bias
+// gradients), accumulates in float and rounds dq, dk, dv. Gradients that nothing reaches (rows that see no key, keys no
+// row sees, padded positions) must be exact zeros, and every output starts NaN-filled.
+//
 // Cases: T in {1, 17, 1000, 1024} (B = H = 1 at 1000 and 1024, where the emulator is slow),
 // causal and not, per-row lengths (padded queries must be exact zeros and lse -inf; padded q, k,
 // v hold NaN, so a kernel that read them would show), ALiBi slopes, a relative-position table,
 // both, Tq < Tk (decode steps) and Tq > Tk (causal rows that see no key: zeros and -inf). Every
 // output starts NaN-filled, so an unwritten element fails. And the launcher refuses what it does
-// not take (head dims other than 64 and 128, Dk != Dv, pointers not 16-byte aligned).
+// not take (head dims other than 64 and 128, Dk != Dv, pointers not 16-byte aligned), forward
+// and backward.
 // Exits with 77 (ctest: skipped) without a CUDA device.
 #include <cuda_runtime.h>
 
@@ -32,6 +47,8 @@ namespace {
 using namespace pygpt::test;
 using pygpt::AttentionBias;
 using pygpt::AttentionShape;
+using pygpt::cuda::attention_backward_tc;
+using pygpt::cuda::attention_backward_tc_workspace_bytes;
 using pygpt::cuda::attention_forward_tc;
 using pygpt::cuda::HalfType;
 
@@ -145,6 +162,194 @@ std::vector<uint16_t> to_bits(const std::vector<float>& v, const Half& t) {
   return b;
 }
 
+// The gradients of the backward, in float64 whatever computed them.
+struct Grads {
+  std::vector<double> dq, dk, dv, dtable, dslopes;
+  std::vector<bool> reached_q, reached_k;  // rows and keys some visible (query, key) pair touches
+};
+
+// The backward of every row. Without `t` (nullptr): the float64 reference (F = double), its own
+// exact softmax, delta from the given out. With it: the plain implementation (F = float) on the given out and lse, P and
+// dS rounded to the input type before the products and the bias sums, dq, dk, dv rounded.
+template <typename F>
+void backward_rows(const Case& c, int64_t D, const Inputs& in, const std::vector<float>& dout,
+                   const Half* t, const std::vector<float>& out, const std::vector<float>& lse,
+                   const std::vector<int32_t>& lq, const std::vector<int32_t>& lk, double scale,
+                   Grads& g) {
+  const auto round = [t](F x) { return t != nullptr ? F(t->round(float(x))) : x; };
+  const int64_t width = 2 * in.R + 1;
+  std::vector<F> dq(c.B * c.H * c.Tq * D, F(0)), dk(c.B * c.H * c.Tk * D, F(0));
+  std::vector<F> dv(dk.size(), F(0)), dtable(c.H * width, F(0)), dslopes(c.H, F(0));
+  g.reached_q.assign(c.B * c.H * c.Tq, false);
+  g.reached_k.assign(c.B * c.H * c.Tk, false);
+  std::vector<F> s, pr;
+  for (int64_t b = 0; b < c.B; ++b) {
+    for (int64_t h = 0; h < c.H; ++h) {
+      const int64_t bh = b * c.H + h;
+      for (int64_t i = 0; i < c.Tq; ++i) {
+        const int64_t n = visible(i, lq[b], lk[b], c.causal), row = bh * c.Tq + i;
+        if (n == 0) continue;
+        g.reached_q[row] = true;
+        const int64_t pos = i + lk[b] - lq[b];
+        const float* q = &in.q[row * D];
+        const float* go = &dout[row * D];
+        s.assign(n, F(0));
+        for (int64_t j = 0; j < n; ++j) {
+          const float* k = &in.k[(bh * c.Tk + j) * D];
+          F dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += F(q[d]) * F(k[d]);
+          const int64_t dist = j - pos;
+          F bias = 0;
+          if (c.table) bias += in.table[h * width + std::clamp(dist, -in.R, in.R) + in.R];
+          if (c.alibi) bias -= F(in.slopes[h]) * F(std::llabs(dist));
+          s[j] = F(scale) * dot + bias;
+        }
+        F row_lse = F(lse[row]);
+        if (t == nullptr) {  // the exact softmax's own lse
+          F m = -INFINITY, sum = 0;
+          for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+          for (int64_t j = 0; j < n; ++j) sum += std::exp(s[j] - m);
+          row_lse = m + std::log(sum);
+        }
+        std::vector<F> p(n), dp(n);
+        for (int64_t j = 0; j < n; ++j) {
+          const float* v = &in.v[(bh * c.Tk + j) * D];
+          p[j] = std::exp(s[j] - row_lse);
+          F dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += F(go[d]) * F(v[d]);
+          dp[j] = dot;
+        }
+        F delta = 0;
+        for (int64_t d = 0; d < D; ++d) delta += F(go[d]) * F(out[row * D + d]);
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t key = bh * c.Tk + j;
+          g.reached_k[key] = true;
+          const F pj = round(p[j]), ds = round(p[j] * (dp[j] - delta));
+          const float* k = &in.k[key * D];
+          for (int64_t d = 0; d < D; ++d) {
+            dv[key * D + d] += pj * F(go[d]);
+            dk[key * D + d] += ds * F(q[d]);
+            dq[row * D + d] += ds * F(k[d]);
+          }
+          const int64_t dist = j - pos;
+          dtable[h * width + std::clamp(dist, -in.R, in.R) + in.R] += ds;
+          dslopes[h] -= F(std::llabs(dist)) * ds;
+        }
+      }
+    }
+  }
+  const auto finish = [&](const std::vector<F>& x, F mul, bool rounded) {
+    std::vector<double> r(x.size());
+    for (size_t e = 0; e < x.size(); ++e) r[e] = double(rounded ? round(mul * x[e]) : mul * x[e]);
+    return r;
+  };
+  g.dq = finish(dq, F(scale), true);
+  g.dk = finish(dk, F(scale), true);
+  g.dv = finish(dv, F(1), true);
+  g.dtable = finish(dtable, F(1), false);
+  g.dslopes = finish(dslopes, F(1), false);
+}
+
+// Largest |got - ref| (NaN: infinity).
+double max_error(const std::vector<double>& got, const std::vector<double>& ref) {
+  double e = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(got[i] - ref[i]);
+    e = std::max(e, std::isnan(d) ? INFINITY : d);
+  }
+  return e;
+}
+
+// The backward of one case on the kernel forward's out and lse (device buffers), checked as the
+// top says.
+void run_backward(const Case& c, int64_t D, const Half& t, Rng& rng, const Inputs& in,
+                  const AttentionShape& s, const AttentionBias<float>& bias,
+                  const DeviceBuffer& q_d, const DeviceBuffer& k_d, const DeviceBuffer& v_d,
+                  const DeviceBuffer& out_d, const DeviceBuffer& lse_d,
+                  const std::vector<uint16_t>& out_bits, const std::vector<float>& lse,
+                  const std::string& name) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> lq = q_lengths_of(c), lk = kv_lengths_of(c);
+  std::vector<float> dout(in.q.size());
+  for (int64_t row = 0; row < c.B * c.H * c.Tq; ++row) {
+    const bool real = row % c.Tq < lq[row / c.Tq / c.H];
+    for (int64_t d = 0; d < D; ++d) dout[row * D + d] = real ? t.round(float(rng.normal())) : NAN;
+  }
+  std::vector<float> out(out_bits.size());
+  for (size_t e = 0; e < out.size(); ++e) out[e] = t.value(out_bits[e]);
+
+  const int64_t width = 2 * in.R + 1;
+  DeviceBuffer dout_d(dout.size() * 2), dq_d(in.q.size() * 2), dk_d(in.k.size() * 2),
+      dv_d(in.v.size() * 2), ws_d(attention_backward_tc_workspace_bytes(s));
+  DeviceBuffer dtable_d(c.H * width * 4), dslopes_d(c.H * 4);
+  upload(dout_d.get(), to_bits(dout, t).data(), dout.size() * 2);
+  const std::vector<float> zeros(c.H * width, 0.f);
+  upload(dtable_d.get(), zeros.data(), c.H * width * 4);
+  upload(dslopes_d.get(), zeros.data(), c.H * 4);
+  const cudaError_t err = attention_backward_tc(
+      s, t.bf16 ? HalfType::kBFloat16 : HalfType::kFloat16, q_d.get(), k_d.get(), v_d.get(),
+      out_d.get(), dout_d.get(), lse_d.get<float>(), dq_d.get(), dk_d.get(), dv_d.get(),
+      ws_d.get(), nullptr, bias, dtable_d.get<float>(), dslopes_d.get<float>());
+  check(err == cudaSuccess, name + ": backward launch " + cudaGetErrorString(err));
+  PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto fetch = [&](const DeviceBuffer& buf, size_t n) {
+    std::vector<uint16_t> bits(n);
+    download(bits.data(), buf.get(), n * 2);
+    std::vector<double> v(n);
+    for (size_t e = 0; e < n; ++e) v[e] = t.value(bits[e]);
+    return v;
+  };
+  Grads ours;
+  ours.dq = fetch(dq_d, in.q.size());
+  ours.dk = fetch(dk_d, in.k.size());
+  ours.dv = fetch(dv_d, in.v.size());
+  std::vector<float> dtable(c.H * width), dslopes(c.H);
+  download(dtable.data(), dtable_d.get(), c.H * width * 4);
+  download(dslopes.data(), dslopes_d.get(), c.H * 4);
+  ours.dtable.assign(dtable.begin(), dtable.end());
+  ours.dslopes.assign(dslopes.begin(), dslopes.end());
+
+  const double scale = s.scale;
+  Grads ref, plain;
+  backward_rows<double>(c, D, in, dout, nullptr, out, lse, lq, lk, scale, ref);
+  backward_rows<float>(c, D, in, dout, &t, out, lse, lq, lk, scale, plain);
+
+  // Exact zeros where nothing reaches.
+  int64_t unreached = 0, unreached_wrong = 0;
+  const auto zero_check = [&](const std::vector<double>& x, const std::vector<bool>& reached) {
+    for (size_t r = 0; r < reached.size(); ++r) {
+      if (reached[r]) continue;
+      ++unreached;
+      bool ok = true;
+      for (int64_t d = 0; d < D; ++d) ok = ok && x[r * D + d] == 0.0;
+      unreached_wrong += !ok;
+    }
+  };
+  zero_check(ours.dq, ref.reached_q);
+  zero_check(ours.dk, ref.reached_k);
+  zero_check(ours.dv, ref.reached_k);
+
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::string report;
+  const auto judge = [&](const char* what, const std::vector<double>& got,
+                         const std::vector<double>& r, const std::vector<double>& pl) {
+    const double e = max_error(got, r), ep = max_error(pl, r);
+    report += format("  %s %.3g (%.3g)", what, e, ep);
+    check(e <= 2 * ep + 1e-5, format("%s: %s error %g above twice the plain %s error %g (+1e-5)",
+                                     name.c_str(), what, e, t.name(), ep));
+  };
+  judge("dq", ours.dq, ref.dq, plain.dq);
+  judge("dk", ours.dk, ref.dk, plain.dk);
+  judge("dv", ours.dv, ref.dv, plain.dv);
+  if (c.table) judge("dtable", ours.dtable, ref.dtable, plain.dtable);
+  if (c.alibi) judge("dslopes", ours.dslopes, ref.dslopes, plain.dslopes);
+  std::printf("%-28s backward%s  %.1f s\n", name.c_str(), report.c_str(), seconds);
+  check(unreached_wrong == 0,
+        format("%s: %lld of %lld unreached gradient rows not exact zeros", name.c_str(),
+               static_cast<long long>(unreached_wrong), static_cast<long long>(unreached)));
+}
+
 void run_case(const Case& c, int64_t D, const Half& t, Rng& rng) {
   const std::string name = format("%s %s D=%lld", c.name, t.name(), static_cast<long long>(D));
   const auto start = std::chrono::steady_clock::now();
@@ -247,9 +452,10 @@ void run_case(const Case& c, int64_t D, const Half& t, Rng& rng) {
   check(empty_wrong == 0, format("%s: %lld of %lld empty rows not zeros and -inf", name.c_str(),
                                  static_cast<long long>(empty_wrong),
                                  static_cast<long long>(empty_rows)));
+  run_backward(c, D, t, rng, in, s, bias, q_d, k_d, v_d, out_d, lse_d, out_bits, lse, name);
 }
 
-// The launcher takes Dk == Dv in {64, 128} and 16-byte aligned q, k, v, out; nothing else.
+// The launchers take Dk == Dv in {64, 128} and 16-byte aligned 16-bit tensors; nothing else.
 void test_refusals() {
   DeviceBuffer buf(64 * 1024);
   const void* p = buf.get();
@@ -264,6 +470,20 @@ void test_refusals() {
   check(call(64, 128, 0) == cudaErrorInvalidValue, "refuses Dk != Dv");
   check(call(64, 64, 8) == cudaErrorInvalidValue, "refuses v, out not 16-byte aligned");
   check(call(128, 128, 0) == cudaSuccess, "takes head dim 128, aligned");
+  PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
+
+  // The backward likewise, with its own pointers (grad_out, dq) in the alignment check.
+  DeviceBuffer ws(attention_backward_tc_workspace_bytes({1, 1, 4, 4, 128, 128, false, 1.0}));
+  const auto backward = [&](int64_t Dk, int64_t Dv, size_t shift) {
+    const AttentionShape s{1, 1, 4, 4, Dk, Dv, false, 1.0};
+    return attention_backward_tc(s, HalfType::kFloat16, p, p, p, p, buf.get(4096 + shift), lse,
+                                 buf.get(8192 + shift), buf.get(12288), buf.get(16384), ws.get(),
+                                 nullptr);
+  };
+  check(backward(32, 32, 0) == cudaErrorInvalidValue, "backward refuses head dim 32");
+  check(backward(64, 128, 0) == cudaErrorInvalidValue, "backward refuses Dk != Dv");
+  check(backward(64, 64, 8) == cudaErrorInvalidValue, "backward refuses grad_out, dq unaligned");
+  check(backward(128, 128, 0) == cudaSuccess, "backward takes head dim 128, aligned");
   PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

@@ -16,3 +16,5 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   return {static_cast<unsigned short>(u >> 16)};
 }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.x; }
+// The bits of an unsigned short reinterpreted as a bfloat16 (__ushort_as_bfloat16).
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short i) { return __nv_bfloat16{i}; }

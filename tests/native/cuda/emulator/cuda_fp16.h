@@ -38,3 +38,5 @@ inline __half __float2half_rn(float f) {
 }
 
 inline unsigned short __half_as_ushort(__half h) { return h.x; }
+// The bits of an unsigned short reinterpreted as a half (__ushort_as_half).
+inline __half __ushort_as_half(unsigned short i) { return __half{i}; }
