@@ -32,13 +32,18 @@ AttentionArgs checked_args(const at::Tensor& q, const at::Tensor& k, const at::T
   return args;
 }
 
-// Whether the forward runs on the tensor cores (cuda/attention_tc.h): bfloat16 at head dim 64
-// or 128 (Dk == Dv) on sm_80 and later; other calls keep the float32-math kernel. Its out and
-// lse are the other kernel's, so the backward is the same either way.
+// Whether a call may run on the tensor-core kernels (cuda/attention_tc.h): bfloat16 on sm_80
+// and later; the kernels then take head dims 64 and 128 (Dk == Dv) with aligned tensors, which
+// their own *_supported checks say. Other calls keep the float32-math kernels, whose out, lse and
+// gradients have the same contract, so either pass may run on either kernel.
+bool tensor_core_device(const at::Tensor& q) {
+  return q.scalar_type() == at::kBFloat16 &&
+         at::cuda::getDeviceProperties(q.get_device())->major >= 8;
+}
+
 bool uses_tensor_cores(const AttentionShape& s, const at::Tensor& q, const at::Tensor& k,
                        const at::Tensor& v, const at::Tensor& out) {
-  return q.scalar_type() == at::kBFloat16 &&
-         at::cuda::getDeviceProperties(q.get_device())->major >= 8 &&
+  return tensor_core_device(q) &&
          cuda::attention_forward_tc_supported(s, q.const_data_ptr(), k.const_data_ptr(),
                                               v.const_data_ptr(), out.const_data_ptr());
 }
@@ -92,18 +97,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   const at::Tensor oc = out.contiguous(), gc = grad_out.contiguous(), lc = lse.contiguous();
   const AttentionInputGrads g = attention_input_grads(s, q);
-  at::Tensor scratch = workspace(cuda::attention_backward_workspace_bytes(s), q);
+  const bool tc = tensor_core_device(q) && cuda::attention_backward_tc_supported(
+      s, qc.const_data_ptr(), kc.const_data_ptr(), vc.const_data_ptr(), oc.const_data_ptr(),
+      gc.const_data_ptr(), g.dq.const_data_ptr(), g.dk.const_data_ptr(), g.dv.const_data_ptr());
+  at::Tensor scratch = workspace(tc ? cuda::attention_backward_tc_workspace_bytes(s)
+                                    : cuda::attention_backward_workspace_bytes(s), q);
   // The bias gradients, accumulated atomically in float32: (0,) without that input.
   const auto f32 = q.options().dtype(at::kFloat);
   auto zeros_or_empty = [&](const at::Tensor& input) {
     return input.defined() ? at::zeros_like(input) : at::empty({0}, f32);
   };
   at::Tensor dtable = zeros_or_empty(args.rel_bias), dslopes = zeros_or_empty(args.alibi_slopes);
-  C10_CUDA_CHECK(cuda::attention_backward(
-      s, cuda_dtype(q), qc.const_data_ptr(), kc.const_data_ptr(), vc.const_data_ptr(),
-      oc.const_data_ptr(), gc.const_data_ptr(), lc.const_data_ptr<float>(), g.dq.data_ptr(),
-      g.dk.data_ptr(), g.dv.data_ptr(), scratch.data_ptr(), current_stream(), args.bias<float>(),
-      dtable.data_ptr<float>(), dslopes.data_ptr<float>()));
+  if (tc) {
+    C10_CUDA_CHECK(cuda::attention_backward_tc(
+        s, cuda::HalfType::kBFloat16, qc.const_data_ptr(), kc.const_data_ptr(),
+        vc.const_data_ptr(), oc.const_data_ptr(), gc.const_data_ptr(), lc.const_data_ptr<float>(),
+        g.dq.data_ptr(), g.dk.data_ptr(), g.dv.data_ptr(), scratch.data_ptr(), current_stream(),
+        args.bias<float>(), dtable.data_ptr<float>(), dslopes.data_ptr<float>()));
+  } else {
+    C10_CUDA_CHECK(cuda::attention_backward(
+        s, cuda_dtype(q), qc.const_data_ptr(), kc.const_data_ptr(), vc.const_data_ptr(),
+        oc.const_data_ptr(), gc.const_data_ptr(), lc.const_data_ptr<float>(), g.dq.data_ptr(),
+        g.dk.data_ptr(), g.dv.data_ptr(), scratch.data_ptr(), current_stream(),
+        args.bias<float>(), dtable.data_ptr<float>(), dslopes.data_ptr<float>()));
+  }
   return {g.dq, g.dk, g.dv, dtable.to(q.scalar_type()), dslopes.to(q.scalar_type())};
 }
 
