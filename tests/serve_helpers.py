@@ -103,15 +103,16 @@ def app_client(access=None):
     return TestClient(app, base_url="http://127.0.0.1:8000")
 
 
-def command_error(*flags: str) -> str:
+def command_error(*flags: str, main=None) -> str:
     """The one-line error pygpt-serve --model FIXTURE_EXPORT *flags exits with, run in process
-    (the signal handlers it sets are put back)."""
+    (the signal handlers it sets are put back); main: the command (default pygpt-serve's; e.g.
+    pygpt.serve's, which also takes --ckpt)."""
     from pygpt_runtime.serve import command
 
     kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with pytest.raises(SystemExit) as exited:
-            command.main(["--model", str(FIXTURE_EXPORT), *flags])
+            (main or command.main)(["--model", str(FIXTURE_EXPORT), *flags])
     finally:
         for sig, handler in kept.items():
             signal.signal(sig, handler)

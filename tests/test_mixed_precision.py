@@ -277,10 +277,10 @@ def test_serve_ckpt_computes_in_its_dtype(tiny_ckpt, tmp_path):
 
 def test_serve_dtype_is_for_a_checkpoint():
     from pygpt.serve import command
-    from serve_helpers import FIXTURE_EXPORT
+    from serve_helpers import command_error
 
-    with pytest.raises(SystemExit, match="--dtype is for a checkpoint"):
-        command.main(["--model", str(FIXTURE_EXPORT), "--dtype", "bfloat16"])
+    assert "--dtype is for a checkpoint" in command_error("--dtype", "bfloat16",
+                                                          main=command.main)
 
 
 def test_generate_computes_in_its_dtype(tiny_ckpt, capsys):
