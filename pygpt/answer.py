@@ -22,22 +22,28 @@ from pygpt_runtime.squad import (Question, answers_scored, questions_of, read_sq
                                  unanswerable)
 
 
-def load_answerer(ckpt: str, kernels: str = "ext") -> tuple[BERT, object]:
-    """(model, tokenizer) of a question answerer's checkpoint; a ValueError for any other."""
-    model, tokenizer = load(ckpt, kernels=kernels)
+def require_answerer(ckpt: str, model, tokenizer) -> None:
+    """A ValueError unless the model loaded from ckpt (model, tokenizer) answers questions."""
     if (not isinstance(model, BERT) or model.config.pooling != "span"
             or load_labels(ckpt) != SPAN_LABELS):
         raise ValueError(f"{ckpt} holds no question answerer (a bert with pooling span); train "
                          "one with python -m pygpt.train --task qa")
     require_specials(tokenizer.special_tokens, tokenizer.encoding_needs, "questions")
+
+
+def load_answerer(ckpt: str, kernels: str = "ext") -> tuple[BERT, object]:
+    """(model, tokenizer) of a question answerer's checkpoint; a ValueError for any other."""
+    model, tokenizer = load(ckpt, kernels=kernels)
+    require_answerer(ckpt, model, tokenizer)
     return model, tokenizer
 
 
 def answer(model: BERT, tokenizer, question: str, context: str, no_answer: bool = False,
-           threshold: float = 0.0) -> Prediction:
-    """The answer to question in context; no_answer: whether it may be none (v2.0)."""
+           threshold: float = 0.0, where: str = "--question") -> Prediction:
+    """The answer to question in context; no_answer: whether it may be none (v2.0). Errors
+    name the question as where."""
     encoded = EncodedQA([Question("", question, context, ())], tokenizer,
-                        model.config.block_size, "--question")
+                        model.config.block_size, where)
     return predict_answers(model, encoded, no_answer, threshold)[0]
 
 

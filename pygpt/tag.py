@@ -21,15 +21,21 @@ from pygpt_runtime.tagging import OUTSIDE, entity_lines, overlap_for, text_entit
 from pygpt_runtime.text import word_spans
 
 
-def load_tagger(ckpt: str, kernels: str = "ext") -> tuple[BERT, object, list[str]]:
-    """(model, tokenizer, tags) of an entity tagger's checkpoint; a ValueError for any other."""
-    model, tokenizer = load(ckpt, kernels=kernels)
+def tagger_labels(ckpt: str, model, tokenizer) -> list[str]:
+    """The tags of the entity tagger loaded from ckpt (model, tokenizer); a ValueError for any
+    other model."""
     labels = load_labels(ckpt)
     if not isinstance(model, BERT) or labels is None or model.config.pooling != "token":
         raise ValueError(f"{ckpt} holds no entity tagger (a bert with pooling token); train one "
                          "with python -m pygpt.train --task tag")
     require_specials(tokenizer.special_tokens, tokenizer.encoding_needs, "texts to tag")
-    return model, tokenizer, labels
+    return labels
+
+
+def load_tagger(ckpt: str, kernels: str = "ext") -> tuple[BERT, object, list[str]]:
+    """(model, tokenizer, tags) of an entity tagger's checkpoint; a ValueError for any other."""
+    model, tokenizer = load(ckpt, kernels=kernels)
+    return model, tokenizer, tagger_labels(ckpt, model, tokenizer)
 
 
 def encode(sentences: Sequence[Sentence], model: BERT, tokenizer, labels: Sequence[str],
@@ -39,17 +45,17 @@ def encode(sentences: Sequence[Sentence], model: BERT, tokenizer, labels: Sequen
     return EncodedTags(sentences, labels, tokenizer, block, overlap_for(block), source)
 
 
-def tag_text(model: BERT, tokenizer, labels: Sequence[str], text: str
+def tag_text(model: BERT, tokenizer, labels: Sequence[str], text: str, where: str = "--text"
              ) -> list[tuple[str, int, int]]:
     """The entities of text, in order: (type, start, end), [start, end) its characters. The
     text is cut into words as a WordPiece tokenizer splits it (whitespace, each punctuation
-    character), which is how CoNLL files hold them."""
+    character), which is how CoNLL files hold them. Errors name the text as where."""
     spans = word_spans(text)
     if not spans:
-        raise ValueError("--text holds no words")
+        raise ValueError(f"{where} holds no words")
     words = tuple(text[start:end] for start, end in spans)
     tags = predict_tags(model, encode([Sentence(words, (OUTSIDE,) * len(words), 1)], model,
-                                      tokenizer, labels, "--text"), labels)[0]
+                                      tokenizer, labels, where), labels)[0]
     return text_entities(tags, spans)
 
 

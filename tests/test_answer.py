@@ -6,7 +6,6 @@ and `python -m pygpt.train --task qa` then `python -m pygpt.answer` end to end o
 fixture (tiny model, a few dozen steps), with the refusals of the wrong checkpoint or flags."""
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -317,12 +316,3 @@ def test_refusals(answerer, tmp_path):
     with pytest.raises(SystemExit, match="error: .* holds no question answerer"):
         pygpt.answer.main(["--ckpt", str(tmp_path / "pretrained"), "--question", "a",
                            "--context", "b"])
-
-
-def test_the_server_refuses_an_answerer(answerer):
-    pytest.importorskip("fastapi")
-    from pygpt.serve.torch_tasks import TorchBERT
-
-    model, tokenizer = pygpt.load(answerer)
-    with pytest.raises(ValueError, match="holds a question answerer"):
-        TorchBERT(str(answerer), model, tokenizer, threading.Lock())

@@ -4,8 +4,8 @@ trained model, exported once (fp32 and int8), must give PyTorch's per-token logi
 onnxruntime on padded batches (int8 close), and pygpt-run must print what python -m pygpt.tag
 --text / --data and python -m pygpt.answer --question --context / --data print, texts longer
 than the context (read in overlapping rows) included, in a process where torch cannot be
-imported. An export whose labels do not fit its graph, a flag of another task, and serving such
-an export are refused in one line."""
+imported. An export whose labels do not fit its graph and a flag of another task are refused in
+one line (tests/test_serve_token_heads.py serves them)."""
 import json
 import shutil
 import subprocess
@@ -187,12 +187,3 @@ def test_labels_that_do_not_fit_the_graph_are_refused(exports, tmp_path):
     with pytest.raises(SystemExit, match="^error: .*labels must be the answerer's outputs"):
         runner_command.main(["--model", str(folder), *QUESTIONS[0]])
 
-
-def test_the_server_refuses_a_tagger_or_answerer_export(exports):
-    pytest.importorskip("fastapi")
-    from pygpt_runtime.serve.served import Limits, open_export
-
-    for task in ("tag", "qa"):
-        with pytest.raises(ValueError, match=f"task {task}, which the server has no routes "
-                                             "for yet; run it with pygpt-run$"):
-            open_export(str(exports[task][1]), Limits())

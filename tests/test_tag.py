@@ -7,7 +7,6 @@ and the wrong checkpoint or flags end in one `error:` line. Tiny models, a few d
 import contextlib
 import io
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -179,17 +178,6 @@ def test_refusals(tagger, tmp_path):
         pygpt.tag.main(["--ckpt", str(tagger)])
     with pytest.raises(SystemExit, match="error: --text holds no words"):
         pygpt.tag.main(["--ckpt", str(tagger), "--text", "   "])
-
-
-def test_the_server_refuses_a_tagger(tagger):
-    """python -m pygpt.serve has no tagging route yet: a tagger is refused, not served as a
-    classifier."""
-    pytest.importorskip("fastapi")
-    from pygpt.serve.torch_tasks import TorchBERT
-
-    model, tokenizer = pygpt.load(tagger)
-    with pytest.raises(ValueError, match="holds an entity tagger"):
-        TorchBERT(str(tagger), model, tokenizer, threading.Lock())
 
 
 def test_tag_refuses_a_model_that_is_not_a_tagger(trained):

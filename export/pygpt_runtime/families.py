@@ -72,10 +72,9 @@ def _io(v: Any) -> bool:
 @dataclass(frozen=True)
 class Task:
     """One task of a family (runner.json's "task"): its server routes, "module:function" of the
-    served model (serve/served.py's Served) giving a FastAPI APIRouter (None: pygpt-run runs
-    it, the server has no routes for it yet and refuses it); and the fields of runner.json it
-    adds."""
-    routes: Optional[str]
+    served model (serve/served.py's Served) giving a FastAPI APIRouter; and the fields of
+    runner.json it adds."""
+    routes: str
     fields: dict[str, Check] = field(default_factory=dict)
 
 
@@ -160,9 +159,11 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                   "classify": Task("pygpt_runtime.serve.tasks:classify_router",
                                    {"labels": (names, "the list of the classifier's label "
                                                       "names")}),
-                  "tag": Task(None, {"labels": (names, "the list of the tagger's BIO tags")}),
-                  "qa": Task(None, {"labels": (lambda v: v == SPAN_LABELS,
-                                               f"the answerer's outputs {SPAN_LABELS}")})},
+                  "tag": Task("pygpt_runtime.serve.tasks:tag_router",
+                              {"labels": (names, "the list of the tagger's BIO tags")}),
+                  "qa": Task("pygpt_runtime.serve.tasks:answer_router",
+                             {"labels": (lambda v: v == SPAN_LABELS,
+                                         f"the answerer's outputs {SPAN_LABELS}")})},
            fields={"models": _graph_files(())}),
     Family("seq2seq", runner="pygpt_runtime.onnx_seq2seq:OnnxSeq2Seq",
            main="pygpt_runtime.onnx_seq2seq:main", worker="requests",

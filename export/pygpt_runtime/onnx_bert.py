@@ -152,14 +152,14 @@ class OnnxBERT:
             at += len(sentence)
         return tags
 
-    def tag(self, text: str) -> list[tuple[str, int, int]]:
+    def tag(self, text: str, where: str = "--text") -> list[tuple[str, int, int]]:
         """The entities of text, in order: (type, start, end), [start, end) its characters, as
-        pygpt.tag's tag_text finds them."""
+        pygpt.tag's tag_text finds them (errors name the text as where)."""
         self._require("tag", "an entity tagger")
         spans = word_spans(text)
         if not spans:
-            raise ValueError("--text holds no words")
-        tags = self.word_tags([[text[start:end] for start, end in spans]], "--text", [1])[0]
+            raise ValueError(f"{where} holds no words")
+        tags = self.word_tags([[text[start:end] for start, end in spans]], where, [1])[0]
         return text_entities(tags, spans)
 
     def score_conll(self, path: str) -> tuple[Tagged, dict[str, EntityScore]]:
@@ -205,6 +205,12 @@ class OnnxBERT:
                                    threshold))
             at += len(rows)
         return found
+
+    def answer(self, question: str, context: str, no_answer: bool = False,
+               threshold: float = 0.0, where: str = "--question") -> Prediction:
+        """The answer to one question in context, as pygpt.answer's answer gives it (errors
+        name the question as where)."""
+        return self.answers([(question, context)], no_answer, threshold, [where])[0]
 
     def score_squad(self, path: str, threshold: float) -> tuple[list[Question], dict[str, float]]:
         """A SQuAD file's questions and the answerer's scores on them, as python -m pygpt.answer
@@ -258,8 +264,8 @@ def run_bert(args: argparse.Namespace, variant: str) -> None:
             questions, scores = model.score_squad(args.data, args.null_threshold)
             lines = [report(scores, len(questions))]
         else:
-            lines = answer_lines(model.answers([(args.question, args.context)], args.no_answer,
-                                               args.null_threshold, ["--question"])[0])
+            lines = answer_lines(model.answer(args.question, args.context, args.no_answer,
+                                              args.null_threshold))
     except (ValueError, OSError, ImportError) as e:
         raise SystemExit(f"error: {e}") from None
     print("\n".join(lines))

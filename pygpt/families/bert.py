@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
+import torch
+
 from pygpt.onnx.bert import export_bert
 from pygpt.families.base import Family
 from pygpt_runtime.conll import read_conll
@@ -121,7 +123,9 @@ class BERTFamily(Family):
                 if with_output else None), rows
 
     def attention_inputs(self, model, tokenizer, texts, targets, device):
-        """[CLS] text [SEP] through the encoder ("[MASK]" in a text is the mask token)."""
+        """[CLS] text [SEP] through the encoder ("[MASK]" and "[SEP]" in a text are those
+        tokens). A text that holds a [SEP] is a pair ("question [SEP] context"), read as the
+        pair tasks read theirs: segment B from after its first [SEP] to the end."""
         specials = tokenizer.special_tokens
         require_specials(specials, (*self.text_specials, *tokenizer.encoding_needs),
                          "BERT inputs")
@@ -129,8 +133,12 @@ class BERTFamily(Family):
         rows = [encode_text(tokenizer, t, model.config.block_size, "text", specials=True,
                             before=[first], after=[last]) for t in texts]
         ids, lengths = batch_rows(rows, specials.get("[PAD]", 0), device)
+        segments = torch.zeros_like(ids)
+        if model.config.type_vocab_size > 1:
+            for b, row in enumerate(rows):
+                segments[b, row.index(last) + 1:len(row)] = 1
         return MapInputs(rows, [], self.attention_layers(model),
-                         lambda: model.encode(ids, lengths=lengths))
+                         lambda: model.encode(ids, segments, lengths))
 
     def export(self, model, tokenizer, labels, out_dir, quantize):
         return export_bert(model, tokenizer, labels, out_dir, quantize)

@@ -1,7 +1,7 @@
 """POST /v1/attention of `python -m pygpt.serve --ckpt`: a text's attention maps, the softmax
 probabilities pygpt.inspect.attention_maps computes on the checkpoint's torch model, for every
 family: a GPT's causal self-attention over the text, a BERT's bidirectional one over [CLS] text
-[SEP] (padding excluded), and a translator's encoder self-attention over the source (the text),
+[SEP] (padding excluded; a text holding a [SEP] is a pair, "question [SEP] context"), and a translator's encoder self-attention over the source (the text),
 its decoder self-attention over [BOS] + the target, and its cross-attention, target tokens (rows)
 by source tokens (columns), where a trained translator shows the word alignment. The target is
 the request's `target`, or else the model's greedy translation of the text.

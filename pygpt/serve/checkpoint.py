@@ -5,9 +5,9 @@ It is the export server (pygpt_runtime.serve: the same holder of a served model,
 errors and playground; the routes by the runtime's table of families, pygpt_runtime.families)
 over the checkpoint's torch model, which each family's opener here (OPENERS) wraps so that the
 routes get pygpt's own code: a GPT's completions from its decoding (pygpt.serve.gpt_worker), a
-BERT's fill-mask or classification and a translator's translations from the functions of
-pygpt's commands (pygpt.serve.torch_tasks, on the export server's task worker: one request at a
-time, a bounded queue); and POST /v1/attention gives pygpt.inspect.attention_maps'
+BERT's fill-mask, classification, entities or answers and a translator's translations from the
+functions of pygpt's commands (pygpt.serve.torch_tasks, on the export server's task worker: one
+request at a time, a bounded queue); and POST /v1/attention gives pygpt.inspect.attention_maps'
 probabilities for a text (pygpt.serve.attention), which the playground draws. Only the --ckpt
 path imports torch (pygpt.serve stays torch-free for --model)."""
 from __future__ import annotations

@@ -75,6 +75,21 @@ class ClassifyRequest(Body):
     text_pair: Optional[Text] = Field(None, description="the second text of a pair classifier")
 
 
+class TagRequest(Body):
+    text: Text = Field(description="the text whose named entities to find")
+
+
+class AnswerRequest(Body):
+    question: Text
+    context: Text = Field(description="the text that holds the answer (read in overlapping "
+                                      "windows when longer than the model's)")
+    no_answer: bool = Field(False, description="the question may go unanswered (SQuAD v2.0): "
+                                               "when the [CLS] score beats the best span's by "
+                                               "more than null_threshold")
+    null_threshold: Finite = Field(0.0, description="how far the [CLS] score must beat the "
+                                                    "best span's for no answer")
+
+
 class TranslateRequest(Body):
     text: Union[Text, Annotated[list[str], Field(min_length=1)]] = Field(
         description="a sentence, or a list of sentences")
@@ -86,7 +101,8 @@ class TranslateRequest(Body):
 
 class AttentionRequest(Body):
     text: Text = Field(description="the text whose attention maps to compute (a translator's "
-                                   "source)")
+                                   "source; a BERT's pair as 'A [SEP] B', segment B after the "
+                                   "[SEP])")
     layer: Optional[int] = Field(None, ge=0, description="one layer's maps (default: every "
                                                          "layer's)")
     part: Optional[Literal["self", "encoder", "decoder", "cross"]] = Field(

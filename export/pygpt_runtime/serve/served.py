@@ -100,9 +100,5 @@ def open_export(folder: str, limits: Limits, variant: str = "fp32",
     damaged export, as pygpt-run's)."""
     family = FAMILIES[read_family(Path(folder))]
     model = load(family.runner)(folder, variant, threads)
-    task = model.config["task"]
-    if family.tasks[task].routes is None:
-        raise ValueError(f"{folder} holds a {family.name} model of task {task}, which the server "
-                         "has no routes for yet; run it with pygpt-run")
     return Served(folder, model.config, model, model.tokenizer,
                   WORKERS[family.worker](model, limits), limits)

@@ -1,5 +1,5 @@
-"""The server's routes of the tasks run a request at a time: POST /v1/fill-mask and /v1/classify
-(a BERT's two tasks), POST /v1/translate (a translator's). Each request runs whole on one worker
+"""The server's routes of the tasks run a request at a time: POST /v1/fill-mask, /v1/classify,
+/v1/tag and /v1/answer (a BERT's four tasks), POST /v1/translate (a translator's). Each request runs whole on one worker
 thread (TaskQueue) with the runner's own calls (onnx_bert.OnnxBERT, onnx_seq2seq.OnnxSeq2Seq),
 so it answers what pygpt-run prints; the requests waiting for it are bounded (a full queue:
 503). Each router is given the served model (served.Served)."""
@@ -15,7 +15,8 @@ from fastapi import APIRouter, Request
 from pygpt_runtime.onnx_search import Search, stop_requested
 from pygpt_runtime.serve.clients import unless_gone
 from pygpt_runtime.serve.errors import RequestError
-from pygpt_runtime.serve.schemas import ClassifyRequest, FillMaskRequest, TranslateRequest
+from pygpt_runtime.serve.schemas import (AnswerRequest, ClassifyRequest, FillMaskRequest,
+                                         TagRequest, TranslateRequest)
 from pygpt_runtime.serve.workers import admit
 
 
@@ -88,14 +89,52 @@ def classify_router(served) -> APIRouter:
     async def classify(body: ClassifyRequest, request: Request) -> dict:
         for name, text in (("text", body.text), ("text_pair", body.text_pair)):
             if text is not None:
-                served.encode(text, name)
-                if not text.strip():
-                    raise RequestError(400, name, f"{name} must not be blank")
+                _not_blank(served, text, name)
         pairs = None if body.text_pair is None else [body.text_pair]
         probs = (await served.worker.run(request, "text", model.classify, [body.text], pairs))[0]
         ranked = sorted(zip(model.labels, probs.tolist()), key=lambda lp: -lp[1])
         return {"label": ranked[0][0],
                 "probabilities": [{"label": label, "probability": p} for label, p in ranked]}
+    return routes
+
+
+def _not_blank(served, text: str, field: str) -> None:
+    """A 400 naming field for text the tokenizer cannot take, too long, or blank."""
+    served.encode(text, field)
+    if not text.strip():
+        raise RequestError(400, field, f"{field} must not be blank")
+
+
+def tag_router(served) -> APIRouter:
+    routes, model = APIRouter(), served.model
+
+    @routes.post("/v1/tag")
+    async def tag(body: TagRequest, request: Request) -> dict:
+        """The text's named entities, in order, each with its type and characters [start,
+        end) in the text (what pygpt-run --text prints)."""
+        _not_blank(served, body.text, "text")
+        found = await served.worker.run(request, "text", model.tag, body.text, "text")
+        return {"entities": [{"type": kind, "start": start, "end": end,
+                              "text": body.text[start:end]} for kind, start, end in found]}
+    return routes
+
+
+def answer_router(served) -> APIRouter:
+    routes, model = APIRouter(), served.model
+
+    @routes.post("/v1/answer")
+    async def answer(body: AnswerRequest, request: Request) -> dict:
+        """The answer's text and characters [start, end) in the context (all null when none
+        is given, which no_answer allows), its score (start + end logit) and [CLS]'s."""
+        for name, text in (("question", body.question), ("context", body.context)):
+            _not_blank(served, text, name)
+        found = await served.worker.run(request, "question", model.answer, body.question,
+                                        body.context, body.no_answer, body.null_threshold,
+                                        "question")
+        given = bool(found.text)
+        return {"answer": found.text if given else None, "start": found.start if given else None,
+                "end": found.end if given else None, "score": found.score,
+                "null_score": found.null_score}
     return routes
 
 

@@ -1,5 +1,6 @@
 // The playground's behaviour: shows the served family's panel and calls the server's API
-// (a GPT's completions streamed as server-sent events, BERT's fill-mask or classify, the
+// (a GPT's completions streamed as server-sent events, BERT's fill-mask, classify, tag (the
+// entities highlighted in the text) or answer (the answer highlighted in its context), the
 // translator), and for a checkpoint served with PyTorch draws the input's attention maps on
 // canvases (a translator's encoder, decoder or cross-attention: target rows by source
 // columns). When the API answers 401 (a server started with --api-key) it asks for the key and
@@ -119,6 +120,56 @@ async function classify() {
   $("labels").appendChild(table);
 }
 
+// The text with each [start, end) character span of marks ({start, end, kind}, in order, not
+// overlapping) in a <mark> coloured by its kind and labelled with it.
+const MARK_COLOURS = ["#ffe08a", "#b8e0ff", "#c8f0c0", "#ffc8d8", "#e0d0ff", "#ffd8b0"];
+let kinds = [];  // the entity types of the served tagger, in its labels' order
+
+function highlighted(box, text, marks) {
+  box.textContent = "";
+  let at = 0;
+  for (const {start, end, kind} of marks) {
+    box.append(text.slice(at, start));
+    const mark = document.createElement("mark");
+    mark.textContent = text.slice(start, end);
+    mark.dataset.kind = kind;
+    mark.style.background = MARK_COLOURS[Math.max(0, kinds.indexOf(kind)) % MARK_COLOURS.length];
+    const label = document.createElement("span");
+    label.className = "kind";
+    label.textContent = kind;
+    mark.appendChild(label);
+    box.appendChild(mark);
+    at = end;
+  }
+  box.append(text.slice(at));
+}
+
+async function tag() {
+  showError("");
+  const text = $("tag-text").value;
+  const {entities} = await (await post("/v1/tag", {text})).json();
+  highlighted($("tagged"), text, entities.map(({type, start, end}) => ({start, end, kind: type})));
+  const table = document.createElement("table");
+  for (const {type, start, end, text: words} of entities) {
+    table.appendChild(row([type, words, `[${start}, ${end})`]));
+  }
+  $("entities").textContent = entities.length ? "" : "no entities found";
+  $("entities").appendChild(table);
+}
+
+async function answer() {
+  showError("");
+  const context = $("qa-context").value;
+  const body = {question: $("qa-question").value, context,
+                no_answer: $("qa-no-answer").checked, null_threshold: number("qa-threshold") || 0};
+  const found = await (await post("/v1/answer", body)).json();
+  const marks = found.answer === null ? [] : [{start: found.start, end: found.end, kind: "answer"}];
+  highlighted($("answered"), context, marks);
+  $("answer-note").textContent = found.answer === null
+    ? `no answer: [CLS] scores ${found.null_score.toFixed(4)}, the best span ${found.score.toFixed(4)}`
+    : `score ${found.score.toFixed(4)} (start + end logit; [CLS] ${found.null_score.toFixed(4)})`;
+}
+
 async function translate() {
   showError("");
   const body = {text: $("source").value.split("\n"), beam: number("beam"),
@@ -129,12 +180,19 @@ async function translate() {
 
 // --- Attention maps (a checkpoint served with PyTorch: POST /v1/attention) ------------------
 const HEAT = [74, 123, 208];  // the colour of weight 1 (weight 0: white)
-// Per served task: the box holding the input whose attention is drawn, and the panel's title.
-const ATTENTION_INPUT = {generate: ["prompt", "Attention of the prompt"],
-                         "fill-mask": ["mask-text", "Attention of the text"],
-                         classify: ["cls-text", "Attention of the text"],
-                         translate: ["source",
-                                     "Attention of the first source sentence and its translation"]};
+// Per served task: the input whose attention is drawn, and the panel's title. A question
+// answerer reads its pair as the model does: [CLS] question [SEP] context [SEP].
+const firstLine = (text) => text.split("\n").find((line) => line.trim()) || "";
+const ATTENTION_INPUT = {
+  generate: [() => $("prompt").value, "Attention of the prompt"],
+  "fill-mask": [() => $("mask-text").value, "Attention of the text"],
+  classify: [() => $("cls-text").value, "Attention of the text"],
+  tag: [() => $("tag-text").value, "Attention of the text"],
+  qa: [() => `${$("qa-question").value} [SEP] ${$("qa-context").value}`,
+       "Attention of the question and its context"],
+  translate: [() => firstLine($("source").value),
+              "Attention of the first source sentence and its translation"],
+};
 // Per part: what a map's rows (queries) and columns (keys) are.
 const AXES = {
   self: "a row per query token, a column per key token it attends to",
@@ -183,12 +241,6 @@ function heatmap(title, rows, columns, matrix) {
   return figure;
 }
 
-function attentionText() {
-  const [box] = ATTENTION_INPUT[attention.task], text = $(box).value;
-  // A translator's box holds a sentence a line: the first that is not blank.
-  return box === "source" ? (text.split("\n").find((line) => line.trim()) || "") : text;
-}
-
 function fillLayers() {
   const select = $("attn-layer"), kept = select.value;
   const count = attention.parts[$("attn-part").value];
@@ -202,7 +254,7 @@ function fillLayers() {
 async function attend() {
   showError("");
   const part = $("attn-part").value;
-  const body = {text: attentionText(), layer: Number($("attn-layer").value), part};
+  const body = {text: ATTENTION_INPUT[attention.task][0](), layer: Number($("attn-layer").value), part};
   const given = $("attn-target").value;
   if (attention.task === "translate" && given) body.target = given;
   const answer = await (await post("/v1/attention", body)).json();
@@ -235,6 +287,11 @@ async function start() {
   $("fill").onclick = guarded(fill);
   $("classify-go").onclick = guarded(classify);
   $("translate-go").onclick = guarded(translate);
+  $("tag-go").onclick = guarded(tag);
+  $("answer-go").onclick = guarded(answer);
+  if (health.task === "tag") {
+    kinds = [...new Set(health.labels.filter((l) => l !== "O").map((l) => l.slice(2)))];
+  }
   if (health.attention) {
     attention = {...health.attention, task: health.task};
     const parts = Object.keys(attention.parts);
