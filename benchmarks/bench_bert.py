@@ -202,8 +202,10 @@ def attribution(args: argparse.Namespace, work: Path, train_path: Path, test_tsv
                 bert: Path, common: list[str]) -> dict[str, list[tuple[float, float]]]:
     """Steps 3 and 4 on train_path: prints the table; per model kind and baseline, the
     (accuracy, macro-F1) of each seed (one pair for a baseline)."""
-    classify = ["--task", "classify", "--data", str(train_path), "--max-iters",
-                str(args.ft_steps), *common]
+    # Both with the from-scratch preset (its rate suits a minutes-old pretraining; with
+    # --init-from the default would be bert-classify-pretrained, BERT's recipe for a full one).
+    classify = ["--task", "classify", "--preset", CLASSIFY_PRESET, "--data", str(train_path),
+                "--max-iters", str(args.ft_steps), *common]
     tag = "" if train_path.stem == "train" else "-" + train_path.stem.removeprefix("train-")
     rows, results = [], {}
     # --init-from keeps the source's pooling unless told: a pretraining saved before mean

@@ -55,13 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="presets: " + "; ".join(
             f"{name}: {p.model.n_layer} layers, {p.model.n_head} heads, {p.model.n_embd} wide, "
             f"context {p.model.block_size}, batch {batch_size(p.model, p.train)}, "
-            f"{p.train.max_iters} iters"
+            + (f"{p.train.epochs:g} epochs" if p.train.epochs else f"{p.train.max_iters} iters")
             for name, p in PRESETS.items()))
     parser.add_argument("--preset", choices=list(PRESETS), default=None,
                         help="starting configuration (default: " + ", ".join(
                             f"{f.preset_for(task)} for --arch {arch}"
                             + ("" if task == "pretrain" else f" --task {task}")
-                            for arch, f in FAMILIES.items() for task in f.tasks) + ")")
+                            for arch, f in FAMILIES.items() for task in f.tasks)
+                        + "; with --init-from, a fine-tuning task's -pretrained preset)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run saved in --out (exactly where it stopped)")
     parser.add_argument("--overwrite", action="store_true",
@@ -84,8 +85,12 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
     given = set(model_flags) | set(train_flags)
     if {"epochs", "max_iters"} <= given:
         raise SystemExit("give --epochs or --max-iters, not both")
+    if {"warmup_frac", "warmup_iters"} <= given:
+        raise SystemExit("give --warmup-frac or --warmup-iters, not both")
     if "max_iters" in given:  # a resumed run's new total, whatever epochs it was given
         train_flags["epochs"] = None
+    if "warmup_iters" in given or ("max_iters" in given and args.resume):
+        train_flags["warmup_frac"] = None  # a resumed run keeps the warmup it settled
     out = Path(train_flags.get("out", TrainConfig.out))
     if args.resume:
         saved = checkpoint.read_config(out)
@@ -113,7 +118,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfi
     task = train_flags.get("task", preset(args.preset).train.task if args.preset else "pretrain")
     # Without --arch, the first family that trains for the task (a bert for classify).
     arch = model_flags.get("arch") or next(f.name for f in FAMILIES.values() if task in f.tasks)
-    base = preset(args.preset or family(arch).preset_for(task))
+    base = preset(args.preset or family(arch).preset_for(task, init_from is not None))
     train_cfg = _absolute_paths(dataclasses.replace(base.train, **train_flags))
     train_cfg = _with_dtype(train_cfg, default_dtype(train_cfg.device))
     if train_cfg.init_from is not None:
@@ -193,7 +198,8 @@ def describe_start(args: argparse.Namespace, model_cfg: ModelConfig,
     if args.resume:
         origin = f"resuming {train_cfg.out}"
     elif train_cfg.init_from is not None:
-        origin = f"fine-tuning {train_cfg.init_from}"
+        settings = args.preset or family(model_cfg.arch).preset_for(train_cfg.task, True)
+        origin = f"fine-tuning {train_cfg.init_from}, preset {settings}"
     else:
         origin = f"preset {args.preset or family(model_cfg.arch).preset_for(train_cfg.task)}"
     accumulated = f" x {train_cfg.grad_accum}" if train_cfg.grad_accum > 1 else ""
@@ -215,7 +221,9 @@ def describe_settings(model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
     else:
         optimizer = (f"AdamW, lr {train_cfg.lr:g}, betas ({train_cfg.beta1:g}, "
                      f"{train_cfg.beta2:g}), weight decay {train_cfg.weight_decay:g}")
-    schedule = (f"{train_cfg.warmup_iters} warmup steps, then {train_cfg.schedule}"
+    warmup = (f"{train_cfg.warmup_frac:g} of the steps" if train_cfg.warmup_frac is not None
+              else f"{train_cfg.warmup_iters} steps")
+    schedule = (f"warmup {warmup}, then {train_cfg.schedule}"
                 + (f" to {train_cfg.min_lr:g}" if train_cfg.schedule != "constant" else ""))
     pooling = (f"; pooling {model_cfg.pooling}"
                if applies(ModelConfig, "pooling", model_cfg.arch) else "")

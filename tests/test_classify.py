@@ -286,3 +286,47 @@ def test_epochs_settle_the_steps(files, tmp_path):
         pygpt.train.main([*args, "--out", str(tmp_path / "both"), "--max-iters", "3"])
     with pytest.raises(SystemExit, match="--epochs is for --task"):
         pygpt.train.main(["--epochs", "1", "--out", str(tmp_path / "gpt"), *RUN])
+
+
+def test_a_pretrained_source_fine_tunes_with_berts_recipe(pretrained, files, tmp_path):
+    """--init-from a trained BERT with no --preset takes bert-classify-pretrained: BERT's recipe
+    (lr 5e-5, beta2 0.999, weight decay 0.01, 10% warmup then linear decay to 0, batch 32, 3
+    epochs), said at the start and saved settled; a flag still wins, --max-iters replaces the
+    epochs, and --preset bert-classify brings the from-scratch settings back."""
+    out = tmp_path / "recipe"
+    args = ["--task", "classify", "--init-from", str(pretrained), "--data", str(files[0]),
+            "--val-data", str(files[1]), "--eval-iters", "1", "--threads", "1"]
+    said = run(pygpt.train.main, [*args, "--out", str(out), "--epochs", "0.25"])
+    assert f"(fine-tuning {pretrained}, preset bert-classify-pretrained)" in said
+    assert ("settings: AdamW, lr 5e-05, betas (0.9, 0.999), weight decay 0.01; warmup 0.1 of "
+            "the steps, then linear to 0, clipping at 1") in said
+    assert "epochs: 0.25 x 300 rows = 3 steps" in said  # ceil(75 / 32)
+    assert "warmup: 0.1 of 3 steps = 0 steps" in said
+    saved = json.loads((out / "config.json").read_text())["train"]
+    assert {k: saved[k] for k in ("lr", "beta2", "weight_decay", "schedule", "batch_size",
+                                  "epochs", "max_iters", "warmup_frac", "warmup_iters")} == {
+        "lr": 5e-5, "beta2": 0.999, "weight_decay": 0.01, "schedule": "linear",
+        "batch_size": 32, "epochs": 0.25, "max_iters": 3, "warmup_frac": 0.1, "warmup_iters": 0}
+    said = run(pygpt.train.main, [*args, "--out", str(tmp_path / "steps"), "--max-iters", "20",
+                                  "--eval-interval", "20", "--batch-size", "4", "--lr", "1e-4"])
+    assert "20 steps of 4 x" in said and "lr 0.0001," in said
+    assert "warmup: 0.1 of 20 steps = 2 steps" in said
+    said = run(pygpt.train.main, [*args, "--out", str(tmp_path / "old"), "--preset",
+                                  "bert-classify", "--max-iters", "1"])
+    assert "lr 0.0005, betas (0.9, 0.99), weight decay 0.01; warmup 30 steps, then cosine" in said
+
+
+def test_a_warmup_fraction_settles_once(files, tmp_path):
+    """--warmup-frac 0.25 of a 12-step run is 3 warmup steps, saved; resumed to 24 steps the run
+    keeps its 3 (its schedule does not shift under it); with --warmup-iters too it is refused."""
+    out = tmp_path / "frac"
+    args = ["--arch", "bert", "--task", "classify", "--tokenizer", "char", "--data",
+            str(files[0]), "--out", str(out), "--eval-interval", "12", *SHAPE, *RUN]
+    run(pygpt.train.main, [*args, "--max-iters", "12", "--warmup-frac", "0.25"])
+    saved = json.loads((out / "config.json").read_text())["train"]
+    assert (saved["warmup_frac"], saved["warmup_iters"]) == (0.25, 3)
+    run(pygpt.train.main, [*args, "--resume", "--max-iters", "24"])
+    saved = json.loads((out / "config.json").read_text())["train"]
+    assert (saved["warmup_frac"], saved["warmup_iters"], saved["max_iters"]) == (None, 3, 24)
+    with pytest.raises(SystemExit, match="give --warmup-frac or --warmup-iters, not both"):
+        pygpt.train.main([*args, "--warmup-frac", "0.1", "--warmup-iters", "3"])

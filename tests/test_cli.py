@@ -92,8 +92,8 @@ def test_a_run_says_what_it_trains_before_its_first_step(text_file, tmp_path, ca
     assert lines[0] == ("pygpt.train: gpt pretrain (preset baby): 1 layers, 2 heads, 16 wide, "
                         f"context 8; 5 steps of 4 x 8 tokens; float32 on cpu (1 thread); into "
                         f"{out}")
-    assert lines[1] == ("  settings: AdamW, lr 0.001, betas (0.9, 0.99), weight decay 0.1; 100 "
-                        "warmup steps, then wsd to 0, clipping at 1")
+    assert lines[1] == ("  settings: AdamW, lr 0.001, betas (0.9, 0.99), weight decay 0.1; warmup "
+                        "100 steps, then wsd to 0, clipping at 1")
     del lines[1]
     model, _ = pygpt.load(out)
     tokens = len(text_file.read_text(encoding="utf-8"))  # a char tokenizer: one a character

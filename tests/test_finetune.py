@@ -230,3 +230,12 @@ def test_missing_source_is_a_clear_error(texts, tmp_path):
     with pytest.raises(SystemExit, match="no checkpoint folder"):
         pygpt.train.main(RUN + ["--init-from", str(tmp_path / "nope"), "--data", str(texts[1]),
                                 "--out", str(tmp_path / "dst")])
+
+
+def test_linear_schedule():
+    """BERT's fine-tuning schedule: linear warmup, then straight down to min_lr at the end."""
+    cfg = TrainConfig(lr=1e-3, min_lr=0.0, warmup_iters=10, schedule="linear", max_iters=110)
+    assert lr_at(4, cfg) == pytest.approx(5e-4) and lr_at(10, cfg) == pytest.approx(1e-3)
+    assert lr_at(60, cfg) == pytest.approx(5e-4) and lr_at(85, cfg) == pytest.approx(2.5e-4)
+    assert lr_at(110, cfg) == 0.0 and lr_at(10 ** 6, cfg) == 0.0
+

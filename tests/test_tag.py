@@ -125,7 +125,7 @@ def test_fine_tuning_a_pretrained_bert_and_resuming(tmp_path):
                       "--vocab-size", "200", "--max-iters", "2", "--eval-interval", "2", *SHAPE])
     common = ["--task", "tag", "--init-from", str(pre), "--data", str(FIXTURE),
               "--eval-interval", "2", "--batch-size", "8", "--eval-iters", "1", "--quiet",
-              "--threads", "1"]
+              "--threads", "1", "--lr-decay-iters", "4"]  # the split run's schedule too
     pygpt.train.main([*common, "--out", str(tmp_path / "straight"), "--max-iters", "4"])
     pygpt.train.main([*common, "--out", str(tmp_path / "split"), "--max-iters", "2"])
     pygpt.train.main(["--resume", "--out", str(tmp_path / "split"), "--max-iters", "4",

@@ -27,6 +27,23 @@ def bert_fine_tuning(task: str, pooling: str, nsp: bool = True, block_size: int 
                               max_iters=600, eval_interval=50, eval_iters=10))
 
 
+# Fine-tuning a pretrained encoder (--init-from an import or a trained run; --task classify, tag
+# or qa; no --preset): BERT's own recipe (Devlin et al. 2019, appendix A.3, also the defaults of
+# transformers' run_glue / run_ner / run_qa): AdamW with beta2 0.999 and weight decay 0.01, 10%
+# linear warmup then linear decay to 0, batch 32, 3 epochs, lr 5e-5 (the top of the paper's
+# 2e-5 .. 5e-5 grid: the small imported encoders users start from, MiniLM-sized, need the higher
+# end). Measured on SST-2 with an imported MiniLM beside transformers' fine-tune of it with the
+# same recipe: docs/results.md, benchmarks/bench_finetune.py.
+FROM_PRETRAINED = dict(lr=5e-5, beta2=0.999, weight_decay=0.01, schedule="linear", min_lr=0.0,
+                       warmup_frac=0.1, epochs=3.0, batch_size=32)
+
+
+def from_pretrained(base: Preset) -> Preset:
+    """base with FROM_PRETRAINED's training settings (its model part gives only the head's
+    pooling: a fine-tuned model keeps its source's shape)."""
+    return Preset(base.model, dataclasses.replace(base.train, **FROM_PRETRAINED))
+
+
 PRESETS: dict[str, Preset] = {
     # The usual CPU-sized Shakespeare run, and the default.
     "baby": Preset(ModelConfig(block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0),
@@ -73,7 +90,10 @@ PRESETS: dict[str, Preset] = {
                    TrainConfig(optimizer="sgd", lr=1e-3, warmup_iters=0, schedule="constant",
                                weight_decay=0.0, grad_clip=0.0)),
 }
-
+# The three BERT fine-tuning tasks from a pretrained encoder (FROM_PRETRAINED): the default with
+# --init-from (pygpt.families.bert).
+PRESETS.update({f"{name}-pretrained": from_pretrained(PRESETS[name])
+                for name in ("bert-classify", "bert-tag", "bert-qa")})
 
 
 def preset(name: str) -> Preset:

@@ -74,10 +74,15 @@ class TrainConfig:
     min_lr: float = opt(0.0, "learning rate at the end of the decay")
     warmup_iters: int = opt(100, "steps of linear warmup from 0 to --lr (a warning when it takes"
                                  " over a third of the schedule, e.g. all of a 100-step run)")
-    schedule: Literal["cosine", "wsd", "constant", "inverse_sqrt"] = opt(
-        "wsd", "after warmup: cosine decay to --min-lr; wsd: hold --lr, then decay linearly "
-                  "to --min-lr over the last --cooldown-frac of the run; constant; or "
-                  "inverse_sqrt: --lr * sqrt(warmup / step), at least --min-lr (the Transformer's)")
+    warmup_frac: Optional[float] = opt(None, "warmup as a fraction of the run's steps (e.g. 0.1) "
+                                             "instead of --warmup-iters: settled into "
+                                             "warmup_iters once the steps are known (with "
+                                             "--epochs, once the data is read)")
+    schedule: Literal["cosine", "linear", "wsd", "constant", "inverse_sqrt"] = opt(
+        "wsd", "after warmup: cosine decay to --min-lr; linear: straight down to --min-lr (BERT's "
+                  "fine-tuning schedule); wsd: hold --lr, then decay linearly to --min-lr over "
+                  "the last --cooldown-frac of the run; constant; or inverse_sqrt: --lr * "
+                  "sqrt(warmup / step), at least --min-lr (the Transformer's)")
     cooldown_frac: float = opt(0.2, "wsd: fraction of the run spent decaying")
     lr_decay_iters: Optional[int] = opt(None, "step where the decay ends (default: --max-iters)")
     weight_decay: float = opt(0.1, "AdamW decoupled weight decay (never on norms, biases, "
@@ -115,6 +120,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
             raise ValueError(f"epochs must be a number > 0, got {self.epochs}")
+        if self.warmup_frac is not None and not 0.0 <= self.warmup_frac < 1.0:
+            raise ValueError(f"warmup_frac must be in [0, 1), got {self.warmup_frac}")
         if not (math.isfinite(self.distill_temperature) and self.distill_temperature > 0):
             raise ValueError(f"distill_temperature must be > 0, got {self.distill_temperature}")
         for name in ("cooldown_frac", "distill_alpha"):

@@ -52,8 +52,9 @@ class Family:
         """A freshly initialised model of this family on the given kernel set."""
         return self.model(cfg, kernels=kernels)
 
-    def preset_for(self, task: str) -> str:
-        """The preset a run of this family starts from when --preset is not given."""
+    def preset_for(self, task: str, pretrained: bool = False) -> str:
+        """The preset a run of this family starts from when --preset is not given (pretrained:
+        one fine-tuning a trained model, --init-from)."""
         return self.default_preset
 
     def head_task(self, model_cfg: ModelConfig) -> str:

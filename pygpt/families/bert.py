@@ -41,8 +41,10 @@ class BERTFamily(Family):
     specials = True  # [PAD] [UNK] [CLS] [SEP] [MASK]
     text_specials = ("[CLS]", "[SEP]")
 
-    def preset_for(self, task):
-        return FINE_TUNING[task][0] if task in FINE_TUNING else self.default_preset
+    def preset_for(self, task, pretrained=False):
+        if task not in FINE_TUNING:
+            return self.default_preset
+        return FINE_TUNING[task][0] + ("-pretrained" if pretrained else "")
 
     def head_task(self, model_cfg):
         if not model_cfg.num_labels:

@@ -48,6 +48,8 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
         progress = (step - cooldown_start) / max(1.0, end - cooldown_start)
         return cfg.lr + progress * (cfg.min_lr - cfg.lr)
     progress = (step - cfg.warmup_iters) / max(1, end - cfg.warmup_iters)
+    if cfg.schedule == "linear":
+        return cfg.lr + progress * (cfg.min_lr - cfg.lr)
     return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
 
 

@@ -24,7 +24,7 @@ from pygpt.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, WordPieceTok
 from pygpt.training.distill import Distillation, check_teacher, load_teacher
 from pygpt.training.distributed import Distributed
 from pygpt.training.metrics_log import truncate_metrics
-from pygpt.training.optim import make_optimizer, warmup_warning
+from pygpt.training.optim import make_optimizer, schedule_end, warmup_warning
 
 
 @dataclass
@@ -109,6 +109,10 @@ def prepare(model_cfg: ModelConfig, cfg: TrainConfig, resume: bool, replacing: S
         cfg = dataclasses.replace(cfg, max_iters=epoch_steps(cfg, task.training_rows(),
                                                              ranks.world))
         say(f"epochs: {cfg.epochs:g} x {task.training_rows():,} rows = {cfg.max_iters:,} steps")
+    if cfg.warmup_frac is not None:
+        cfg = dataclasses.replace(cfg, warmup_iters=int(cfg.warmup_frac * schedule_end(cfg)))
+        say(f"warmup: {cfg.warmup_frac:g} of {schedule_end(cfg):,} steps = "
+            f"{cfg.warmup_iters:,} steps")
     model_cfg, labels = fam.prepare_config(
         model_cfg, cfg, task, (lambda: checkpoint.load_labels(source)) if source else None)
     if teacher is not None:
