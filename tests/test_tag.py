@@ -201,3 +201,16 @@ def test_a_pruned_tagger_recovers_as_a_tagger(tagger, tmp_path):
     bert = family("bert")
     assert bert.head_task(model.config) == "tag"
     assert bert.preset_for(bert.head_task(model.config)) == "bert-tag"
+
+
+def test_a_tagger_fine_tunes_into_a_question_answerer(tagger, tmp_path):
+    """--task qa --init-from a tagger: its encoder goes on (lr 0: unchanged), its 9-label head is
+    made afresh as the answerer's two logits a token (not refused for its labels)."""
+    out = tmp_path / "qa"
+    pygpt.train.main(["--task", "qa", "--init-from", str(tagger), "--data",
+                      str(Path(__file__).parent / "fixtures" / "squad.json"), "--out", str(out),
+                      "--max-iters", "1", "--lr", "0", "--batch-size", "4", "--eval-iters", "1",
+                      "--quiet", "--threads", "1"])
+    tuned, source = pygpt.load(out)[0], pygpt.load(tagger)[0]
+    assert (tuned.config.pooling, tuned.config.num_labels) == ("span", 2)
+    state_dicts_equal(tuned.blocks.state_dict(), source.blocks.state_dict())
