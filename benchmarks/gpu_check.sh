@@ -2,7 +2,8 @@
 # The CUDA kernels on a real GPU, in one call: started once in the repository root of a machine
 # with a CUDA build of PyTorch, nvcc and a GPU (no network needed), it
 #   1. builds the CUDA extension in place for the GPU it finds (TORCH_CUDA_ARCH_LIST from the
-#      device, MAX_JOBS = cores) and checks that every op registers its CUDA kernels;
+#      device, MAX_JOBS = cores), checks that every op registers its CUDA kernels, and reads the
+#      attention kernels' registers, spills and tensor-core instructions (benchmarks/gpu_sass.py);
 #   2. runs tests/test_cuda.py and tests/test_fused_cuda.py on the GPU, and the native CUDA tests
 #      (tests/native/cuda) built by nvcc for the GPU (their build overlaps steps 1 and 2);
 #   3. benchmarks every op against what a GPU user would call instead (benchmarks/gpu_bench.py);
@@ -115,6 +116,16 @@ else
 fi
 built=$?
 [ $built -eq 0 ] || grep -m 20 -iE '\berror\b|FAILED:' "$out/build.log"
+
+# 1b. The attention kernels' machine code: registers and spills a thread, tensor-core (HMMA),
+# ldmatrix and cp.async instructions (benchmarks/gpu_sass.py, cuobjdump).
+if [ $built -eq 0 ]; then
+  if [ -n "$dry" ]; then
+    note sass "skipped: dry run (the CPU build holds no device code)"
+  else
+    run_step sass 40 175 "$out/build.log" "$PY" benchmarks/gpu_sass.py --table "$work/sass.md"
+  fi
+fi
 
 # 2. The tests: Python on the GPU, then the native ones. With pytest-xdist they run in four
 # worker processes, so a test that crashes its process is reported as failed and the rest still run.

@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Writes OUTDIR/report.md for benchmarks/gpu_check.sh from what its steps left: the machine's
 facts (env.json), each step's result and time (steps.tsv), the build's first compiler errors,
-the pytest and ctest summaries and failures, the benchmark table (bench.md), the training
-comparison (train.md) and GPT-2 small's training speeds (gpt2.md). The logs stay beside it in OUTDIR; the other files are in WORKDIR.
+the attention kernels' registers, spills and tensor-core instructions (sass.md), the pytest and
+ctest summaries and failures, the benchmark table (bench.md), the training comparison (train.md)
+and GPT-2 small's training speeds (gpt2.md). The logs stay beside it in OUTDIR; the other files are in WORKDIR.
 
 Usage: python benchmarks/gpu_report.py --out OUTDIR --work WORKDIR [--dry-run]
 """
@@ -11,7 +12,8 @@ import json
 import re
 from pathlib import Path
 
-SECTIONS = ("Device", "Steps", "Build", "Tests", "Benchmarks", "Training", "GPT-2 small")
+SECTIONS = ("Device", "Steps", "Build", "Machine code", "Tests", "Benchmarks", "Training",
+            "GPT-2 small")
 
 
 def read(path: Path) -> str:
@@ -84,6 +86,8 @@ def main() -> None:
                   *(f"| {name} | {result} | {seconds} |"
                     for name, (result, seconds) in results.items())],
         "Build": build(args.out, results.get("build", ("not run", ""))[0]),
+        "Machine code": (read(args.work / "sass.md").splitlines() or
+                         [f"No table: the sass step {results.get('sass', ('was not run',))[0]}."]),
         "Tests": tests(args.out),
         "Benchmarks": (read(args.work / "bench.md").splitlines() or
                        [f"No table: the bench step {results.get('bench', ('was not run',))[0]}."]),

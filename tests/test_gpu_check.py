@@ -18,7 +18,8 @@ from pygpt.ops.registry import OPS
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "benchmarks" / "gpu_check.sh"
-SECTIONS = ["Device", "Steps", "Build", "Tests", "Benchmarks", "Training", "GPT-2 small"]
+SECTIONS = ["Device", "Steps", "Build", "Machine code", "Tests", "Benchmarks", "Training",
+            "GPT-2 small"]
 LOGS = {"report.md", "build.log", "tests.log", "native.log", "bench.log", "train.log",
         "gpt2.log"}
 
@@ -53,8 +54,9 @@ def dry_run(tmp_path_factory):
 def test_the_dry_run_passes_every_step(dry_run):
     done, _, report = dry_run
     assert done.returncode == 0, done.stdout + done.stderr
-    assert step_results(report) == {step: "ok" for step in (
-        "env", "build", "tests", "native-build", "native-tests", "bench", "train", "gpt2")}
+    assert step_results(report) == {**{step: "ok" for step in (
+        "env", "build", "tests", "native-build", "native-tests", "bench", "train", "gpt2")},
+        "sass": "skipped: dry run (the CPU build holds no device code)"}
     assert list(sections(report)) == SECTIONS
     assert done.stdout.rstrip().endswith(report.rstrip())  # the report ends the output
 
@@ -64,6 +66,7 @@ def test_the_report_says_what_each_step_found(dry_run):
     parts = sections(report)
     assert "- torch: " in parts["Device"]
     assert re.search(r"Built\. \d+ ops have CPU kernels registered", parts["Build"])
+    assert "No table: the sass step skipped: dry run" in parts["Machine code"]
     assert re.search(r"\d+ skipped", parts["Tests"])  # the CUDA tests, with no GPU here
     assert "100% tests passed, 0 tests failed out of 1" in parts["Tests"]
     assert "Losses agree" in parts["Training"]
