@@ -16,15 +16,17 @@ import gpu_sass  # noqa: E402
 TC = ("_ZN5pygpt4cuda48_GLOBAL__N__d847ab2c_15_attention_tc_cu_8b4bed3227attention_forward_tc_"
       "kernelI6__halfLi128EEEvNS1_8TcParamsE")
 OLD = "_ZN5pygpt4cuda16attention_kernelILi64EEEvPKfS3_"
-
-USAGE = f"""
+# What both outputs begin with, for each architecture in the binary.
+HEADER = """
 Fatbin elf code:
 ================
 arch = sm_90
 code version = [1,8]
 host = linux
 compile_size = 64bit
+"""
 
+USAGE = HEADER + f"""
 Resource usage:
  Common:
   GLOBAL:0
@@ -34,14 +36,7 @@ Resource usage:
   REG:124 STACK:16 SHARED:0 LOCAL:24 CONSTANT[0]:600 TEXTURE:0 SURFACE:0 SAMPLER:0
 """
 
-SASS = f"""
-Fatbin elf code:
-================
-arch = sm_90
-code version = [1,8]
-host = linux
-compile_size = 64bit
-
+SASS = HEADER + f"""
 \tcode for sm_90
 \t.target\tsm_90
 
