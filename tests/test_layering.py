@@ -49,6 +49,9 @@ LONGER: dict[str, str] = {
     "pygpt_runtime.run_onnx": "a GPT export run end to end: its graph calls, the batched rows "
                               "and their caches, the generation loop and pygpt-run's GPT "
                               "command, which prints what that loop yields",
+    "pygpt_runtime.onnx_bert": "a BERT export run end to end: its graph call, each task's "
+                               "reading of texts into rows and of logits into answers (fill-"
+                               "mask, classify, tag, qa), and pygpt-run's BERT command",
 }
 
 

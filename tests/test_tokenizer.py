@@ -194,6 +194,7 @@ def test_char_tokenizer_save_load_round_trip(tmp_path):
     ('{"kind": "wordpiece", "vocab": {}}', ValueError, r"unsupported tokenizer"),
     ('{"model": {"type": "WordPiece", "vocab": {}}}', ValueError, r"not a valid WordPiece"),
     ('{"model": {"type": "Unigram", "vocab": []}}', ValueError, r"unsupported tokenizer"),
+    ('{"model": {"type": []}}', ValueError, r"unsupported tokenizer"),  # a type not a string
     ('{"model": {"type": "BPE"}}', ValueError, r"not a valid BPE tokenizer"),
     ('{"model": {"type": "BPE", "vocab": 3, "merges": []}}', ValueError, r"not a valid BPE"),
 ])

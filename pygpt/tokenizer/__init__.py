@@ -215,7 +215,8 @@ def tokenizer_from_json(text: str, source: str = "tokenizer") -> Tokenizer:
         except (TypeError, ValueError) as e:
             raise ValueError(f"{source} is not a valid char tokenizer: {e}") from None
     model = spec.get("model") if isinstance(spec, dict) else None
-    hf_class = _HF_KINDS.get(model.get("type")) if isinstance(model, dict) else None
+    kind = model.get("type") if isinstance(model, dict) else None
+    hf_class = _HF_KINDS.get(kind) if isinstance(kind, str) else None
     if hf_class is not None:
         from tokenizers import Tokenizer as HFTokenizer
 
