@@ -178,9 +178,8 @@ def _fine_tune_model(train_cfg: TrainConfig, model_flags: dict[str, Any], given:
     if train_cfg.task != "pretrain" and applies(ModelConfig, "pooling", model_cfg.arch) and (
             preset_pooling in TOKEN_HEADS or model_cfg.pooling in TOKEN_HEADS):
         model_flags = {"pooling": preset_pooling, **model_flags}
-    if train_cfg.task != "pretrain":  # a fresh head, sized by the task's labels once read
-        model_flags["num_labels"] = 0
-    tuned = dataclasses.replace(model_cfg, **model_flags)
+    head = {"num_labels": 0} if train_cfg.task != "pretrain" else {}  # a fresh head, sized
+    tuned = dataclasses.replace(model_cfg, **model_flags, **head)   # by the task's labels
     family(tuned.arch).check_settings(tuned, train_cfg, given)
     return tuned
 
