@@ -1,32 +1,39 @@
 """Fine-tuning an imported pretrained encoder, pygpt's defaults against plain transformers code
 running the same recipe on the same model, data and seeds: sentence classification (--task
-classify, accuracy) or named-entity tagging (--task tag, entity-level micro F1 by conlleval's
-exact-span rule).
+classify, accuracy), named-entity tagging (--task tag, entity-level micro F1 by conlleval's
+exact-span rule, and each type's) or extractive question answering (--task qa, SQuAD's F1 and
+exact match, v2.0's unanswerable questions included).
 
     python benchmarks/bench_finetune.py --task classify --hf MODEL_DIR --train train.tsv \\
         --val dev.tsv --rows 4000 --seeds 1 2 --out runs/finetune-sst2
     python benchmarks/bench_finetune.py --task tag --hf MODEL_DIR --train train.conll \\
         --val valid.conll --rows 2000 --out runs/finetune-ner
+    python benchmarks/bench_finetune.py --task qa --hf MODEL_DIR --train train.json \\
+        --val dev.json --out runs/finetune-qa
 
 MODEL_DIR is a local Hugging Face BERT folder (config.json, model.safetensors, vocab.txt).
 Classification reads TSV files with a header, the label then the text in their first two
-columns; tagging reads CoNLL files (pygpt_runtime.conll). The training set is a seeded sample of
---rows of --train (rows or sentences). For each seed:
+columns; tagging reads CoNLL files (pygpt_runtime.conll); question answering SQuAD v1.1 or v2.0
+JSON (pygpt_runtime.squad). The training set is a seeded sample of --rows of --train (rows,
+sentences or paragraphs with all their questions). For each seed:
 
 - pygpt: `python -m pygpt.convert --from-hf MODEL_DIR` once, then `python -m pygpt.train --task
   TASK --init-from` it with nothing else (its defaults for a pretrained source: the preset
   bert-TASK-pretrained) and --val-data, scored on --val by pygpt.classify / pygpt.tag's own
   functions. With --old-preset, also the same with `--preset bert-TASK` (the from-scratch
   preset);
-- transformers: BertForSequenceClassification / BertForTokenClassification from MODEL_DIR,
-  fine-tuned by a plain PyTorch loop with the same recipe (AdamW lr, betas (0.9, 0.999), weight
-  decay 0.01 off biases and norms, 10% linear warmup then linear decay to 0, batch 32, gradient
-  norm clipped at 1, the same epochs; a word's label on its first piece), batches padded to their
-  longest row, scored on --val by the same rule.
+- transformers: BertForSequenceClassification / BertForTokenClassification /
+  BertForQuestionAnswering from MODEL_DIR, fine-tuned by a plain PyTorch loop with the same
+  recipe (AdamW lr, betas (0.9, 0.999), weight decay 0.01 off biases and norms, 10% linear warmup
+  then linear decay to 0, batch 32, gradient norm clipped at 1, the same epochs; a word's label
+  on its first piece; questions read as run_qa.py does, windows of 384 tokens with a stride of
+  128, an answer not wholly in a window pointing at [CLS]), batches padded to their longest row,
+  scored on --val by the same rule (an answer is the best start + end logit over a question's
+  windows, at most MAX_ANSWER pieces, or none where [CLS] scores better in a v2.0 set).
 
 With --int8, pygpt's model is also exported (python -m pygpt.export --quantize int8) and its fp32
 and int8 graphs scored on the torch-free runner. Both sides score the model of the last step (no choice of the best checkpoint on --val). Prints
-each run's score and seconds per training step (the steps alone), then the mean per side.
+each run's scores and seconds per training step (the steps alone), then the mean per side.
 Timings depend on what else the machine runs: run it on a quiet one.
 """
 from __future__ import annotations
@@ -45,7 +52,11 @@ from typing import Any, Callable
 import torch
 
 from pygpt.config.presets import FROM_PRETRAINED
+from pygpt_runtime.answering import MAX_ANSWER
 from pygpt_runtime.conll import Sentence, read_conll, score
+from pygpt_runtime.families import SPAN_LABELS
+from pygpt_runtime.squad import (answers_scored, questions_of, read_squad, squad_scores,
+                                 unanswerable)
 
 
 def read_rows(path: Path) -> list[tuple[str, str]]:
@@ -73,6 +84,7 @@ def write_conll(path: Path, sentences: list[Sentence]) -> Path:
 class Classify:
     """Sentence classification: its rows, pygpt's score, transformers' model, batch and score."""
     name, metric = "classify", "accuracy"
+    unit = "rows"
 
     def __init__(self, train: list, val: list):
         self.train, self.val = train, val
@@ -85,39 +97,46 @@ class Classify:
     def write(self, path: Path, rows: list) -> Path:
         return write_rows(path.with_suffix(".tsv"), rows)
 
-    def pygpt_score(self, ckpt: Path, val: Path) -> float:
+    def pygpt_scores(self, ckpt: Path, val: Path) -> dict[str, float]:
         from pygpt.classify import load_classifier, predict
         from pygpt.data.labelled import Encoded, read_labelled
         model, tokenizer, labels = load_classifier(str(ckpt))
         encoded = Encoded(read_labelled(val), labels, tokenizer, model.config.block_size, val)
-        return float((predict(model, encoded).argmax(-1) == encoded.labels).float().mean())
+        return {"accuracy": float((predict(model, encoded).argmax(-1) == encoded.labels)
+                                  .float().mean())}
 
-    def onnx_score(self, runner, val: Path) -> float:
+    def onnx_scores(self, runner, val: Path) -> dict[str, float]:
         probs = runner.classify([t for _, t in self.val])
-        return sum(runner.labels[int(p.argmax())] == label
-                   for p, (label, _) in zip(probs, self.val)) / len(self.val)
+        return {"accuracy": sum(runner.labels[int(p.argmax())] == label
+                                for p, (label, _) in zip(probs, self.val)) / len(self.val)}
 
     def hf_model(self, hf_dir: Path):
         from transformers import BertForSequenceClassification
         return BertForSequenceClassification.from_pretrained(hf_dir, num_labels=len(self.labels))
 
-    def hf_inputs(self, tokenizer, rows: list, most: int) -> tuple[dict, Any]:
-        inputs = tokenizer([t for _, t in rows], padding=True, truncation=True, max_length=most,
-                           return_tensors="pt")
-        return inputs, torch.tensor([self.labels.index(label) for label, _ in rows])
+    def hf_rows(self, tokenizer, most: int) -> list:
+        return self.train
 
-    def hf_score(self, model, tokenizer, most: int) -> float:
+    def hf_batch(self, tokenizer, rows: list, most: int) -> dict[str, Any]:
+        inputs = tokenizer([t for _, t in rows], padding=True, truncation=True,
+                           max_length=most, return_tensors="pt")
+        return {**inputs, "labels": torch.tensor([self.labels.index(label)
+                                                  for label, _ in rows])}
+
+    def hf_scores(self, model, tokenizer, most: int) -> dict[str, float]:
         correct = 0
         for at in range(0, len(self.val), 64):
-            chunk = self.val[at:at + 64]
-            inputs, gold = self.hf_inputs(tokenizer, chunk, most)
+            inputs = self.hf_batch(tokenizer, self.val[at:at + 64], most)
+            gold = inputs.pop("labels")
             correct += int((model(**inputs).logits.argmax(-1) == gold).sum())
-        return correct / len(self.val)
+        return {"accuracy": correct / len(self.val)}
 
 
 class Tag:
-    """Entity tagging: CoNLL sentences; entity-level micro F1 (conlleval's rule) both sides."""
-    name, metric = "tag", "entity F1"
+    """Entity tagging: CoNLL sentences; entity-level F1 (conlleval's rule), micro-averaged as
+    the metric and each type's, both sides."""
+    name, metric = "tag", "f1"
+    unit = "sentences"
 
     def __init__(self, train: list, val: list):
         self.train, self.val = train, val
@@ -130,22 +149,30 @@ class Tag:
     def write(self, path: Path, rows: list) -> Path:
         return write_conll(path.with_suffix(".conll"), rows)
 
-    def pygpt_score(self, ckpt: Path, val: Path) -> float:
+    @staticmethod
+    def by_type(scores: dict) -> dict[str, float]:
+        return {"f1": scores["micro"].f1,
+                **{kind: s.f1 for kind, s in sorted(scores.items()) if kind != "micro"}}
+
+    def pygpt_scores(self, ckpt: Path, val: Path) -> dict[str, float]:
         from pygpt.tag import encode, load_tagger
         from pygpt.tasks.tagging import predict_tags
         model, tokenizer, labels = load_tagger(str(ckpt))
         sentences = read_conll(val).sentences
         predicted = predict_tags(model, encode(sentences, model, tokenizer, labels, val), labels)
-        return score([s.tags for s in sentences], predicted)["micro"].f1
+        return self.by_type(score([s.tags for s in sentences], predicted))
 
-    def onnx_score(self, runner, val: Path) -> float:
-        return runner.score_conll(str(val))[1]["micro"].f1
+    def onnx_scores(self, runner, val: Path) -> dict[str, float]:
+        return self.by_type(runner.score_conll(str(val))[1])
 
     def hf_model(self, hf_dir: Path):
         from transformers import BertForTokenClassification
         return BertForTokenClassification.from_pretrained(hf_dir, num_labels=len(self.labels))
 
-    def hf_inputs(self, tokenizer, rows: list, most: int) -> tuple[dict, Any]:
+    def hf_rows(self, tokenizer, most: int) -> list:
+        return self.train
+
+    def hf_batch(self, tokenizer, rows: list, most: int) -> dict[str, Any]:
         inputs = tokenizer([list(s.words) for s in rows], is_split_into_words=True,
                            padding=True, truncation=True, max_length=most, return_tensors="pt")
         labels = torch.full(inputs["input_ids"].shape, -100)
@@ -155,22 +182,132 @@ class Tag:
                 if word is not None and word not in seen:
                     seen.add(word)
                     labels[b, i] = self.labels.index(s.tags[word])
-        return inputs, labels
+        return {**inputs, "labels": labels}
 
-    def hf_score(self, model, tokenizer, most: int) -> float:
+    def hf_scores(self, model, tokenizer, most: int) -> dict[str, float]:
         predicted = []
         for at in range(0, len(self.val), 64):
             chunk = self.val[at:at + 64]
-            inputs, labels = self.hf_inputs(tokenizer, chunk, most)
+            inputs = self.hf_batch(tokenizer, chunk, most)
+            labels = inputs.pop("labels")
             best = model(**inputs).logits.argmax(-1)
             for b, s in enumerate(chunk):
                 tags = [self.labels[int(best[b, i])] for i in range(labels.shape[1])
                         if labels[b, i] != -100]
                 predicted.append(tags + ["O"] * (len(s.words) - len(tags)))  # cut by max_length
-        return score([s.tags for s in self.val], predicted)["micro"].f1
+        return self.by_type(score([s.tags for s in self.val], predicted))
 
 
-TASKS = {"classify": Classify, "tag": Tag}
+class Answer:
+    """Extractive question answering: SQuAD paragraphs with their questions; SQuAD's F1 as the
+    metric, exact match and (for a v2.0 set) each kind's beside it. transformers' side reads
+    the questions as run_qa.py does: question and context windows of WINDOW tokens overlapping
+    by STRIDE, each with its tokens' character offsets."""
+    name, metric = "qa", "f1"
+    unit = "paragraphs"
+    WINDOW, STRIDE = 384, 128
+
+    def __init__(self, train: list, val: list):
+        self.train, self.val = train, val
+        self.questions = questions_of(val)
+        self.labels = SPAN_LABELS
+        self.no_answer = bool(unanswerable(questions_of(train)) or unanswerable(self.questions))
+
+    @staticmethod
+    def read(path: Path) -> list:
+        return read_squad(path)
+
+    def write(self, path: Path, rows: list) -> Path:
+        path = path.with_suffix(".json")
+        path.write_text(json.dumps({"version": "v2.0", "data": [{"title": "sample", "paragraphs": [
+            {"context": p.context, "qas": [
+                {"id": q.id, "question": q.question, "is_impossible": not q.answers,
+                 "answers": [{"text": a.text, "answer_start": a.start} for a in q.answers]}
+                for q in p.questions]} for p in rows]}]}), encoding="utf-8")
+        return path
+
+    def pygpt_scores(self, ckpt: Path, val: Path) -> dict[str, float]:
+        from pygpt.answer import load_answerer
+        from pygpt.data.squad import EncodedQA
+        from pygpt.tasks.qa import predict_answers
+        model, tokenizer = load_answerer(str(ckpt))
+        encoded = EncodedQA(self.questions, tokenizer, model.config.block_size, val)
+        return answers_scored(self.questions, predict_answers(model, encoded, self.no_answer))
+
+    def onnx_scores(self, runner, val: Path) -> dict[str, float]:
+        return runner.score_squad(str(val), 0.0)[1]
+
+    def hf_model(self, hf_dir: Path):
+        from transformers import BertForQuestionAnswering
+        return BertForQuestionAnswering.from_pretrained(hf_dir)
+
+    def windows(self, tokenizer, questions: list) -> tuple[Any, list[tuple[int, int]]]:
+        """The questions' windows (tokenizer output with offsets and each window's question)
+        and each window's answer tokens, (0, 0) where it does not hold all of the answer."""
+        found = tokenizer([q.question for q in questions], [q.context for q in questions],
+                          truncation="only_second", max_length=self.WINDOW, stride=self.STRIDE,
+                          return_overflowing_tokens=True, return_offsets_mapping=True)
+        spans = []
+        for w, n in enumerate(found["overflow_to_sample_mapping"]):
+            answers, span = questions[n].answers, (0, 0)
+            if answers:
+                start, end = answers[0].start, answers[0].start + len(answers[0].text)
+                context = [i for i, s in enumerate(found.sequence_ids(w)) if s == 1]
+                offsets = found["offset_mapping"][w]
+                if offsets[context[0]][0] <= start and end <= offsets[context[-1]][1]:
+                    first = next(i for i in context if offsets[i][1] > start)
+                    last = max(i for i in context if offsets[i][0] < end)
+                    span = (first, last)
+            spans.append(span)
+        return found, spans
+
+    def hf_rows(self, tokenizer, most: int) -> list:
+        found, spans = self.windows(tokenizer, questions_of(self.train))
+        return [(found["input_ids"][w], found["token_type_ids"][w], span)
+                for w, span in enumerate(spans)]
+
+    def hf_batch(self, tokenizer, rows: list, most: int) -> dict[str, Any]:
+        most = max(len(ids) for ids, _, _ in rows)
+        ids = torch.full((len(rows), most), tokenizer.pad_token_id)
+        types, mask = torch.zeros_like(ids), torch.zeros_like(ids)
+        for b, (row, segments, _) in enumerate(rows):
+            ids[b, :len(row)], types[b, :len(row)], mask[b, :len(row)] = (
+                torch.tensor(row), torch.tensor(segments), 1)
+        return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask,
+                "start_positions": torch.tensor([span[0] for _, _, span in rows]),
+                "end_positions": torch.tensor([span[1] for _, _, span in rows])}
+
+    def hf_scores(self, model, tokenizer, most: int) -> dict[str, float]:
+        found, spans = self.windows(tokenizer, self.questions)
+        rows = [(found["input_ids"][w], found["token_type_ids"][w], span)
+                for w, span in enumerate(spans)]
+        logits = []
+        for at in range(0, len(rows), 64):
+            out = model(**{k: v for k, v in self.hf_batch(tokenizer, rows[at:at + 64], most).items()
+                           if not k.endswith("_positions")})
+            logits += list(zip(out.start_logits.numpy(), out.end_logits.numpy()))
+        best: dict[int, tuple[float, str]] = {}
+        null: dict[int, float] = {}
+        for w, n in enumerate(found["overflow_to_sample_mapping"]):
+            start, end = logits[w]
+            null[n] = min(null.get(n, float("inf")), float(start[0] + end[0]))
+            context = [i for i, s in enumerate(found.sequence_ids(w)) if s == 1]
+            offsets = found["offset_mapping"][w]
+            for i in context:
+                for j in context:
+                    if i <= j < i + MAX_ANSWER and start[i] + end[j] > best.get(n, (-1e30,))[0]:
+                        best[n] = (float(start[i] + end[j]), self.questions[n].context[
+                            offsets[i][0]:offsets[j][1]])
+        return squad_scores([[a.text for a in q.answers] for q in self.questions],
+                            ["" if self.no_answer and null[n] > best[n][0] else best[n][1]
+                             for n in range(len(self.questions))])
+
+
+TASKS = {"classify": Classify, "tag": Tag, "qa": Answer}
+
+
+def shown(scores: dict[str, float]) -> str:
+    return ", ".join(f"{name} {value:.4f}" for name, value in scores.items())
 
 
 def pygpt_run(task, imported: Path, train: Path, val: Path, out: Path, seed: int, threads: int,
@@ -187,15 +324,15 @@ def pygpt_run(task, imported: Path, train: Path, val: Path, out: Path, seed: int
     steps, seconds = last["step"], last["tokens"] / last["tokens_per_s"]
     torch.set_num_threads(threads)
     with torch.inference_mode():
-        result = task.pygpt_score(out, val)
-    run = {"score": result, "s_per_step": seconds / steps, "steps": steps,
+        result = task.pygpt_scores(out, val)
+    run = {"scores": result, "s_per_step": seconds / steps, "steps": steps,
            "settings": settings.strip()}
     if int8:  # the exported graphs' scores, fp32 and int8, on the torch-free runner
         from pygpt import export
         from pygpt_runtime.onnx_bert import OnnxBERT
         export.export(out, out / "onnx", quantize="int8")
-        run["onnx"] = {variant: task.onnx_score(OnnxBERT(str(out / "onnx"), variant, threads),
-                                                val) for variant in ("fp32", "int8")}
+        run["onnx"] = {variant: task.onnx_scores(OnnxBERT(str(out / "onnx"), variant, threads),
+                                                 val) for variant in ("fp32", "int8")}
     return run
 
 
@@ -215,7 +352,8 @@ def transformers_run(task, hf_dir: Path, seed: int, threads: int) -> dict:
                                         "weight_decay"]},
                                    {"params": plain, "weight_decay": 0.0}],
                                   lr=lr, betas=(0.9, FROM_PRETRAINED["beta2"]))
-    steps = math.ceil(epochs * len(task.train) / batch)
+    train = task.hf_rows(tokenizer, most)
+    steps = math.ceil(epochs * len(train) / batch)
     warmup = int(FROM_PRETRAINED["warmup_frac"] * steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: (
         (s + 1) / warmup if s < warmup else max(0.0, (steps - s) / max(1, steps - warmup))))
@@ -223,13 +361,12 @@ def transformers_run(task, hf_dir: Path, seed: int, threads: int) -> dict:
     model.train()
     start, step = time.perf_counter(), 0
     while step < steps:
-        rows = task.train[:]
+        rows = train[:]
         order.shuffle(rows)
         for at in range(0, len(rows), batch):
             if step == steps:
                 break
-            inputs, labels = task.hf_inputs(tokenizer, rows[at:at + batch], most)
-            loss = model(**inputs, labels=labels).loss
+            loss = model(**task.hf_batch(tokenizer, rows[at:at + batch], most)).loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -239,8 +376,8 @@ def transformers_run(task, hf_dir: Path, seed: int, threads: int) -> dict:
     seconds = time.perf_counter() - start
     model.eval()
     with torch.inference_mode():
-        result = task.hf_score(model, tokenizer, most)
-    return {"score": result, "s_per_step": seconds / steps, "steps": steps}
+        result = task.hf_scores(model, tokenizer, most)
+    return {"scores": result, "s_per_step": seconds / steps, "steps": steps}
 
 
 def main() -> None:
@@ -251,7 +388,8 @@ def main() -> None:
     p.add_argument("--train", type=Path, required=True)
     p.add_argument("--val", type=Path, required=True)
     p.add_argument("--rows", type=int, default=4000,
-                   help="training rows (sentences, for tag) sampled from --train")
+                   help="training rows (sentences for tag, paragraphs for qa) sampled from "
+                        "--train")
     p.add_argument("--seeds", type=int, nargs="+", default=[1])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", type=Path, default=Path("runs/finetune"))
@@ -270,7 +408,8 @@ def main() -> None:
     if not (imported / "config.json").exists():
         subprocess.run([sys.executable, "-m", "pygpt.convert", "--from-hf", str(args.hf),
                         "--out", str(imported)], check=True)
-    print(f"{args.task}: {len(task.train)} training rows, {len(task.val)} validation rows, "
+    print(f"{args.task}: {len(task.train)} training {task.unit}, {len(task.val)} validation "
+          f"{task.unit}, "
           f"{len(task.labels)} labels; recipe {FROM_PRETRAINED}; torch {torch.__version__}, "
           f"{args.threads} thread(s)")
     sides: dict[str, Callable[[int], dict]] = {
@@ -286,14 +425,15 @@ def main() -> None:
         for side, run in sides.items():
             result = run(seed)
             results[side].append(result)
-            print(f"seed {seed} {side}: {task.metric} {result['score']:.4f}, "
+            print(f"seed {seed} {side}: {shown(result['scores'])}; "
                   f"{result['s_per_step']:.3f} s/step over {result['steps']} steps"
                   + (f"\n    {result['settings']}" if "settings" in result else "")
-                  + (f"\n    exported: fp32 {result['onnx']['fp32']:.4f}, int8 "
-                     f"{result['onnx']['int8']:.4f}" if "onnx" in result else ""), flush=True)
+                  + "".join(f"\n    exported, {variant}: {shown(scores)}"
+                            for variant, scores in result.get("onnx", {}).items()), flush=True)
     for side, runs in results.items():
-        print(f"{side}: mean {task.metric} {sum(r['score'] for r in runs) / len(runs):.4f} over "
-              f"seeds {args.seeds}; {sum(r['s_per_step'] for r in runs) / len(runs):.3f} s/step")
+        mean = sum(r["scores"][task.metric] for r in runs) / len(runs)
+        print(f"{side}: mean {task.metric} {mean:.4f} over seeds {args.seeds}; "
+              f"{sum(r['s_per_step'] for r in runs) / len(runs):.3f} s/step")
 
 
 if __name__ == "__main__":
