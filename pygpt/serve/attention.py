@@ -18,7 +18,6 @@ most IN_FLIGHT answers are being made or sent at once, and the request past them
 from __future__ import annotations
 
 import json
-import threading
 from typing import Callable, Optional
 
 from fastapi import APIRouter, Request
@@ -26,6 +25,7 @@ from fastapi.responses import Response
 from torch import nn
 
 from pygpt.families import attention_maps, family
+from pygpt.serve.model_lock import ModelLock
 from pygpt.tokenizer import Tokenizer
 from pygpt_runtime.serve.clients import PacedBody
 from pygpt_runtime.serve.errors import RequestError
@@ -44,7 +44,7 @@ Encode = Callable[[str, str, bool], list]  # (text, field, parse_specials): ids,
 class ServedAttention:
     """The attention maps of one served torch model (any family), request by request."""
 
-    def __init__(self, model: nn.Module, tokenizer: Tokenizer, lock: threading.Lock,
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, lock: ModelLock,
                  encode: Encode):
         self.model, self.tokenizer, self.lock, self.encode = model, tokenizer, lock, encode
         self.family = family(model.config.arch)

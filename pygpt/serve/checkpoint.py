@@ -12,16 +12,15 @@ probabilities for a text (pygpt.serve.attention), which the playground draws. On
 path imports torch (pygpt.serve stays torch-free for --model)."""
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
 
 from pygpt.config import ARCHS
-from pygpt.mixed_precision import autocast
 from pygpt.serve.attention import ServedAttention, attention_router
 from pygpt.serve.gpt_worker import open_gpt
+from pygpt.serve.model_lock import ModelLock
 from pygpt.serve.torch_tasks import open_bert, open_translator
 from pygpt.storage.checkpoint import load
 from pygpt.tokenizer import Tokenizer
@@ -32,34 +31,9 @@ from pygpt_runtime.serve.served import Limits, Served
 # the model holds, the limits) -> the model its task's routes call, the worker that runs them,
 # and what the export's runner.json would say that the holder reads ("task" where the family
 # has several, "labels").
-Opener = Callable[[str, nn.Module, Tokenizer, "ModelLock", Limits], tuple[Any, Any, dict]]
+Opener = Callable[[str, nn.Module, Tokenizer, ModelLock, Limits], tuple[Any, Any, dict]]
 OPENERS: dict[str, Opener] = {"gpt": open_gpt, "bert": open_bert, "seq2seq": open_translator}
 assert set(OPENERS) == set(ARCHS), "every pygpt family has its opener here"
-
-
-class ModelLock:
-    """The lock every call on the served model holds, which also runs the call in the server's
-    number type: autocast is per thread, and the calls come from several (the decode worker,
-    the task worker, the attention maps)."""
-
-    def __init__(self, dtype: str):
-        self.dtype, self._lock, self._autocast = dtype, threading.Lock(), None
-
-    def __enter__(self) -> "ModelLock":
-        self._lock.acquire()
-        try:
-            self._autocast = autocast("cpu", self.dtype)
-            self._autocast.__enter__()
-        except BaseException:
-            self._lock.release()
-            raise
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            self._autocast.__exit__(*exc)
-        finally:
-            self._lock.release()
 
 
 def open_checkpoint(ckpt: str, limits: Limits, threads: Optional[int] = None,

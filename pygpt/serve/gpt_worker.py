@@ -6,7 +6,6 @@ its prompt with that seed), a RowsWorker as the export server's batcher is
 serve it unchanged."""
 from __future__ import annotations
 
-import threading
 from collections import deque
 
 import numpy as np
@@ -14,6 +13,7 @@ import torch
 
 from pygpt.decoding.sampling import Sampling
 from pygpt.models import GPT
+from pygpt.serve.model_lock import ModelLock
 from pygpt_runtime.serve.served import Limits
 from pygpt_runtime.serve.workers import Generation, RowsWorker, step_failure
 
@@ -24,7 +24,7 @@ class TorchWorker(RowsWorker):
     stream_batch; a queue of at most queue_size rows waits (more: Busy, a 503). Each step runs
     under `lock`, which the attention route holds too (its hooks must see its own call only)."""
 
-    def __init__(self, model: GPT, tokenizer, queue_size: int, lock: threading.Lock):
+    def __init__(self, model: GPT, tokenizer, queue_size: int, lock: ModelLock):
         super().__init__(tokenizer, queue_size, "pygpt-torch-decode")
         self.model, self.lock = model, lock
         self.context_length = model.context_length
@@ -98,7 +98,7 @@ class TorchWorker(RowsWorker):
             return self.model.prefill(torch.tensor([ids]))[0][0].float().numpy()
 
 
-def open_gpt(ckpt: str, model: GPT, tokenizer, lock: threading.Lock,
+def open_gpt(ckpt: str, model: GPT, tokenizer, lock: ModelLock,
              limits: Limits) -> tuple[GPT, TorchWorker, dict]:
     """A GPT checkpoint's opener (pygpt.serve.checkpoint.OPENERS): its completions' routes call
     a TorchWorker over the model."""

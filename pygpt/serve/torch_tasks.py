@@ -7,7 +7,6 @@ command prints. Each call
 holds `lock`, which the attention route holds too (its hooks must see its own call only)."""
 from __future__ import annotations
 
-import threading
 from typing import Optional, Sequence
 
 import torch
@@ -18,6 +17,7 @@ from pygpt.decoding.translate_texts import SPECIALS, translate_texts
 from pygpt.families import family
 from pygpt.fill_mask import fill_mask, require_mask_specials
 from pygpt.models import BERT, Seq2Seq
+from pygpt.serve.model_lock import ModelLock
 from pygpt.tag import tag_text, tagger_labels
 from pygpt.tasks.qa import SPAN_LABELS
 from pygpt.tokenizer import Tokenizer, require_specials
@@ -30,7 +30,7 @@ from pygpt_runtime.serve.tasks import TaskQueue
 class TorchBERT:
     """A BERT checkpoint's task, by its head: fill-mask (a pretraining), classify, tag or qa."""
 
-    def __init__(self, ckpt: str, model: BERT, tokenizer: Tokenizer, lock: threading.Lock):
+    def __init__(self, ckpt: str, model: BERT, tokenizer: Tokenizer, lock: ModelLock):
         self.model, self.tokenizer, self.lock = model, tokenizer, lock
         head = family("bert").head_task(model.config)
         self.task = "fill-mask" if head == "pretrain" else head
@@ -71,7 +71,7 @@ class TorchBERT:
 class TorchTranslator:
     """A translator checkpoint's translate."""
 
-    def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, lock: threading.Lock):
+    def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, lock: ModelLock):
         require_specials(tokenizer.special_tokens, SPECIALS, "translation")
         self.model, self.tokenizer, self.lock = model, tokenizer, lock
 
@@ -81,7 +81,7 @@ class TorchTranslator:
             return translate_texts(self.model, self.tokenizer, texts, search)[0]
 
 
-def open_bert(ckpt: str, model: BERT, tokenizer: Tokenizer, lock: threading.Lock,
+def open_bert(ckpt: str, model: BERT, tokenizer: Tokenizer, lock: ModelLock,
               limits: Limits) -> tuple[TorchBERT, TaskQueue, dict]:
     """A BERT checkpoint's opener (pygpt.serve.checkpoint.OPENERS): its task and labels, on
     the task worker."""
@@ -89,7 +89,7 @@ def open_bert(ckpt: str, model: BERT, tokenizer: Tokenizer, lock: threading.Lock
     return bert, TaskQueue(limits.queue_size), {"task": bert.task, "labels": bert.labels}
 
 
-def open_translator(ckpt: str, model: Seq2Seq, tokenizer: Tokenizer, lock: threading.Lock,
+def open_translator(ckpt: str, model: Seq2Seq, tokenizer: Tokenizer, lock: ModelLock,
                     limits: Limits) -> tuple[TorchTranslator, TaskQueue, dict]:
     """A translator checkpoint's opener (pygpt.serve.checkpoint.OPENERS), on the task worker."""
     return TorchTranslator(model, tokenizer, lock), TaskQueue(limits.queue_size), {}
