@@ -9,20 +9,22 @@ translator's encoder self-attention, decoder self-attention and cross-attention 
 cross-attention by default, which for a trained translator shows the word alignment), with
 `--text` as the source and `--target` as the target (default: the model's greedy translation).
 The weights are formed by the plain-PyTorch reference from each layer's input
-(pygpt.inspect.attention_maps): our kernels never form them."""
+(pygpt.inspect.attention_maps): our kernels never form them. --kernels and --dtype are the
+model's, as for the other commands: with --dtype bfloat16 the layers run under autocast, so
+the weights are formed from the inputs of a bfloat16 run."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 from typing import Optional
 
-from pygpt.storage.checkpoint import load
-from pygpt.config.flags import use_threads
-from pygpt.config import KERNEL_SETS
+from pygpt.config.flags import add_model_flags, use_threads
 from pygpt.inspect.attention_explain import check_short, explain
 from pygpt.families import FAMILIES, attention_maps, family
 from pygpt.inspect.attention_maps import AttentionMaps
 from pygpt.inspect.attention_picture import draw_attention
+from pygpt.mixed_precision import autocast
+from pygpt.storage.checkpoint import load
 from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
 
 ALL_LAYERS = "all"
@@ -49,9 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true",
                    help="also print the layer's attention worked through with the model's "
                         "numbers (a short input)")
-    p.add_argument("--kernels", choices=KERNEL_SETS, default="ext",
-                   help="the kernel set the model runs on (the weights are the reference's "
-                        "either way)")
+    add_model_flags(p)
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     return p
 
@@ -82,8 +82,9 @@ def main(argv: Optional[list[str]] = None) -> None:
             raise ValueError(f"--target is for a translator; {args.ckpt} holds a "
                              f"{model.config.arch} model")
         part = args.part or fam.default_attention_part
-        maps = attention_maps(model, tokenizer, [args.text],
-                              [args.target] if fam.has_target else None)[0]
+        with autocast("cpu", args.dtype):
+            maps = attention_maps(model, tokenizer, [args.text],
+                                  [args.target] if fam.has_target else None)[0]
         layers = _layers(maps, part, args.layer)
         if args.explain:
             check_short(layers[0])

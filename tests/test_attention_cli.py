@@ -127,6 +127,22 @@ def test_explain_prints_the_tensors(which, trained, folders, tmp_path, capsys):
     assert out.endswith(f"wrote {tmp_path / 'e.png'}\n")
 
 
+def test_dtype_runs_the_layers_under_autocast(folders, tmp_path, capsys):
+    """--dtype bfloat16: the printed weights are those of attention_maps under CPU autocast,
+    which differ from float32's (so the flag reaches the model)."""
+    def printed(*dtype):
+        out = run(capsys, "--ckpt", folders["bert"], "--text", "ab cd", "--layer", "1",
+                  "--explain", "--out", tmp_path / "d.png", *dtype)
+        return parse_table(out, "softmax: the attention weights (head 0;")
+
+    model, tok = checkpoint.load(folders["bert"])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        maps = attention_maps(model, tok, ["ab cd"])[0]
+    low = printed("--dtype", "bfloat16")
+    agrees(low, maps.parts["self"][1].probs[0])
+    assert not torch.allclose(low, printed(), atol=1e-3)
+
+
 @pytest.mark.parametrize("args,match", [
     (["--layer", "1"], r"--layer 1: the model's self attention has layers 0..0"),
     (["--layer", "one"], r"--layer one: .*layers 0..0"),
