@@ -69,7 +69,7 @@ def _ours():
 # entry is a pair of zero-argument callables plus a `reset` that clears gradients.
 
 
-DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def attention_case(B, H, T, D, device, dtype):
@@ -414,8 +414,9 @@ def main():
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                    help="intra-op thread counts (CPU)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                   help="element type (bfloat16: CUDA only, as the CPU kernels are float32/64)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                   help="element type (bfloat16, float16: CUDA only, as the CPU kernels are "
+                        "float32/64)")
     p.add_argument("--repeat", type=int, default=None,
                    help="timed calls per measurement (default: >= 5, up to ~1 s or 200 calls)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls before timing")

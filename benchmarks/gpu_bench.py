@@ -1,11 +1,13 @@
 #!/usr/bin/env python
 """Every pygpt op against what a GPU user would call instead, on the GPU, forward and
-forward + backward, float32 and bfloat16: the benchmark table of benchmarks/gpu_check.sh.
+forward + backward, float32 and bfloat16, and attention in float16 too: the benchmark table of
+benchmarks/gpu_check.sh.
 
 Baselines: attention against PyTorch's SDPA under each of its flash, cuDNN and memory-efficient
 backends (torch.nn.attention.sdpa_kernel; a backend that refuses a case is listed as n/a), at a
 training shape (B=8 H=12 T=1024 D=64, causal), a long one (T=4096), a right-padded batch (ours
-with lengths, SDPA with the equivalent mask) and a decode step (one query over 4096 keys);
+with lengths, SDPA with the equivalent mask) and a decode step (one query over 4096 keys); in
+the 16-bit types, which run on the tensor-core kernels, also at head dim 128;
 layer_norm against F.layer_norm, add_layer_norm against x + r then F.layer_norm, bias_gelu
 against F.gelu(h + b), cross_entropy against F.cross_entropy (V=50257, with and without label
 smoothing), rotary against the same math in plain PyTorch, and linear_cross_entropy against
@@ -19,7 +21,8 @@ memory-bound ops and the decode step: the fewest bytes the pass must move (each 
 each output written once; forward + backward adds the gradients read and written and the
 inputs read again). Peak memory (cross_entropy, linear_cross_entropy): the most the CUDA
 allocator held during one call above what was live before it. "rel. err" is ||ours - baseline||
-/ ||baseline|| over the forward outputs, marked DIFFERS past 1e-4 (float32) or 2e-2 (bfloat16).
+/ ||baseline|| over the forward outputs, marked DIFFERS past 1e-4 (float32), 2e-2 (bfloat16) or
+5e-3 (float16).
 Above the table: the chip's two ceilings, a large device-to-device copy (bytes read + written)
 and a large bfloat16 matrix product.
 
@@ -48,13 +51,15 @@ from pygpt.ops.rotary import torch_rotary
 
 SDPA = {"SDPA flash": SDPBackend.FLASH_ATTENTION, "SDPA cuDNN": SDPBackend.CUDNN_ATTENTION,
         "SDPA efficient": SDPBackend.EFFICIENT_ATTENTION}
-TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
 # The shapes: the GPU's, and --dry-run's tiny ones on the CPU.
 SIZES = {
-    "gpu": dict(attention=[(8, 12, 1024, 64), (8, 12, 4096, 64)], decode=(8, 12, 4096, 64),
+    "gpu": dict(attention=[(8, 12, 1024, 64), (8, 12, 4096, 64)],
+                attention_16bit=[(8, 12, 1024, 128), (8, 12, 4096, 128)], decode=(8, 12, 4096, 64),
                 norm=(65536, 768), gelu=(16384, 3072), logits=(8192, 50257),
                 rotary=(64, 12, 1024, 64), head=(8192, 768, 50257)),
-    "dry": dict(attention=[(2, 2, 64, 16)], decode=(2, 2, 64, 16), norm=(32, 24),
+    "dry": dict(attention=[(2, 2, 64, 16)], attention_16bit=[(2, 2, 64, 32)],
+                decode=(2, 2, 64, 16), norm=(32, 24),
                 gelu=(16, 64), logits=(16, 100), rotary=(2, 2, 16, 8), head=(16, 32, 100)),
 }
 # The issue's aims on an H100/H200: (what, the rows it holds for, time or memory, the largest
@@ -108,8 +113,8 @@ def under_each_sdpa_backend(fn):
     return {name: under(backend) for name, backend in SDPA.items()}
 
 
-def attention_cases(shapes, dev, dt):
-    """Causal self-attention at each shape; a right-padded batch at the first."""
+def attention_cases(shapes, dev, dt, padded=True):
+    """Causal self-attention at each shape; padded: and a right-padded batch at the first."""
     for B, H, T, D in shapes:
         q, k, v, grad = (torch.randn(B, H, T, D, device=dev, dtype=dt) for _ in range(4))
         flops = 4 * B * H * T * T * D / 2
@@ -117,6 +122,8 @@ def attention_cases(shapes, dev, dt):
                    ops.attention, under_each_sdpa_backend(
                        lambda *a: F.scaled_dot_product_attention(*a, is_causal=True)),
                    (q, k, v), leaves(q, k, v), grad)
+    if not padded:
+        return
     B, H, T, D = shapes[0]
     q, k, v, grad = (torch.randn(B, H, T, D, device=dev, dtype=dt) for _ in range(4))
     lengths = padded_lengths(B, T, dev)
@@ -205,7 +212,13 @@ def linear_cross_entropy_case(N, C, V, dev, dt):
 
 
 def cases(sizes, dev, dt):
+    """Every op's cases in dt; float16 (the tensor-core attention's second type) attention's
+    alone. The 16-bit types add attention at head dim 128."""
     yield from attention_cases(sizes["attention"], dev, dt)
+    if dt != torch.float32:
+        yield from attention_cases(sizes["attention_16bit"], dev, dt, padded=False)
+    if dt == torch.float16:
+        return
     yield decode_case(*sizes["decode"], dev, dt)
     yield from norm_cases(*sizes["norm"], dev, dt)
     yield bias_gelu_case(*sizes["gelu"], dev, dt)
@@ -386,14 +399,16 @@ def main() -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--table", type=Path, required=True, help="markdown table to (re)write")
     p.add_argument("--dry-run", action="store_true",
-                   help="tiny shapes on the CPU, float32 only (the CPU kernels' dtype)")
+                   help="tiny shapes on the CPU, float32, and float16's attention cases (which "
+                        "the CPU computes in float32)")
     args = p.parse_args()
     dev = "cpu" if args.dry_run else "cuda"
     if dev == "cuda" and not torch.cuda.is_available():
         p.error(f"torch {torch.__version__} sees no CUDA device (--dry-run runs on the CPU)")
     settings = (dict(warmup=1, reps=2, max_reps=2, budget_s=0.0) if args.dry_run else
                 dict(warmup=3, reps=5, max_reps=100, budget_s=0.3))
-    dtypes = [torch.float32] if args.dry_run else [torch.float32, torch.bfloat16]
+    dtypes = ([torch.float32, torch.float16] if args.dry_run else
+              [torch.float32, torch.bfloat16, torch.float16])
     if args.dry_run:
         torch.set_num_threads(1)  # a shared CPU: more threads only add noise
     torch.manual_seed(0)

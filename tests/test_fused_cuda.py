@@ -1,6 +1,6 @@
 """The CUDA fused ops (bias_gelu, add_layer_norm) against the CPU ops as the oracle, forward and
-backward, in float32 (tight) and bfloat16 (inputs rounded to bfloat16 for both sides; a few
-bfloat16 ulps expected), opcheck on CUDA, and clear errors for bad input. Skipped where no GPU
+backward, in float32 (tight), bfloat16 and float16 (inputs rounded to the 16-bit type for both
+sides; a few of its ulps expected), opcheck on CUDA, and clear errors for bad input. Skipped where no GPU
 is present (as tests/test_cuda.py)."""
 import pytest
 import torch
@@ -9,8 +9,9 @@ import pygpt.ops as ops
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
-TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.bfloat16: dict(atol=3e-2, rtol=3e-2)}
-DTYPES = [torch.float32, torch.bfloat16]
+TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.bfloat16: dict(atol=3e-2, rtol=3e-2),
+       torch.float16: dict(atol=1e-2, rtol=1e-2)}
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 SHAPES = [(1, 1), (3, 7), (768, 128), (768, 512), (64, 4096), (5, 3, 127), (2, 16392)]
 
 
@@ -80,8 +81,8 @@ def test_opcheck_on_cuda(dtype):
 
 def test_bad_input_on_cuda():
     x = torch.randn(3, 8, device="cuda")
-    with pytest.raises(RuntimeError, match="x must be float32 or bfloat16 on CUDA"):
-        ops.bias_gelu(x.half(), torch.zeros(8, device="cuda").half())
+    with pytest.raises(RuntimeError, match="x must be float32, bfloat16 or float16 on CUDA"):
+        torch.ops.pygpt.bias_gelu(x.double(), torch.zeros(8, device="cuda").double())  # raw op
     with pytest.raises(RuntimeError, match=r"\bbias\b.*cpu|device"):
         ops.bias_gelu(x, torch.zeros(8))
     with pytest.raises(RuntimeError, match=r"\bresidual\b.*shape"):

@@ -101,7 +101,8 @@ def test_compute_dtype_rule():
     assert compute_dtype(torch.bfloat16, cpu, Policy.LOW) == torch.float32
     assert compute_dtype(torch.float64, cpu, Policy.LOW) == torch.float64
     assert compute_dtype(torch.bfloat16, cuda, Policy.LOW) == torch.bfloat16  # a CUDA kernel
-    assert compute_dtype(torch.float16, cuda, Policy.LOW) == torch.float32  # none: float32
+    assert compute_dtype(torch.float16, cuda, Policy.LOW) == torch.float16
+    assert compute_dtype(torch.float64, cuda, Policy.LOW) == torch.float32  # none: float32
     assert compute_dtype(torch.float32, torch.device("meta"), Policy.LOW) == torch.float32
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert compute_dtype(torch.float32, cpu, Policy.LOW) == torch.float32

@@ -32,13 +32,17 @@ AttentionArgs checked_args(const at::Tensor& q, const at::Tensor& k, const at::T
   return args;
 }
 
-// Whether a call may run on the tensor-core kernels (cuda/attention_tc.h): bfloat16 on sm_80
-// and later; the kernels then take head dims 64 and 128 (Dk == Dv) with aligned tensors, which
-// their own *_supported checks say. Other calls keep the float32-math kernels, whose out, lse and
-// gradients have the same contract, so either pass may run on either kernel.
+// Whether a call may run on the tensor-core kernels (cuda/attention_tc.h): bfloat16 or float16
+// on sm_80 and later; the kernels then take head dims 64 and 128 (Dk == Dv) with aligned tensors,
+// which their own *_supported checks say. Other calls keep the float32-math kernels, whose out,
+// lse and gradients have the same contract, so either pass may run on either kernel.
 bool tensor_core_device(const at::Tensor& q) {
-  return q.scalar_type() == at::kBFloat16 &&
+  return (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) &&
          at::cuda::getDeviceProperties(q.get_device())->major >= 8;
+}
+
+cuda::HalfType half_type(const at::Tensor& q) {
+  return q.scalar_type() == at::kHalf ? cuda::HalfType::kFloat16 : cuda::HalfType::kBFloat16;
 }
 
 bool uses_tensor_cores(const AttentionShape& s, const at::Tensor& q, const at::Tensor& k,
@@ -62,7 +66,7 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   const AttentionOutputs o = attention_outputs(s, q, at::kFloat);
   if (uses_tensor_cores(s, qc, kc, vc, o.out)) {
-    C10_CUDA_CHECK(cuda::attention_forward_tc(s, cuda::HalfType::kBFloat16, qc.const_data_ptr(),
+    C10_CUDA_CHECK(cuda::attention_forward_tc(s, half_type(q), qc.const_data_ptr(),
                                               kc.const_data_ptr(), vc.const_data_ptr(),
                                               o.out.data_ptr(), o.lse.data_ptr<float>(),
                                               current_stream(), args.bias<float>()));
@@ -110,7 +114,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention
   at::Tensor dtable = zeros_or_empty(args.rel_bias), dslopes = zeros_or_empty(args.alibi_slopes);
   if (tc) {
     C10_CUDA_CHECK(cuda::attention_backward_tc(
-        s, cuda::HalfType::kBFloat16, qc.const_data_ptr(), kc.const_data_ptr(),
+        s, half_type(q), qc.const_data_ptr(), kc.const_data_ptr(),
         vc.const_data_ptr(), oc.const_data_ptr(), gc.const_data_ptr(), lc.const_data_ptr<float>(),
         g.dq.data_ptr(), g.dk.data_ptr(), g.dv.data_ptr(), scratch.data_ptr(), current_stream(),
         args.bias<float>(), dtable.data_ptr<float>(), dslopes.data_ptr<float>()));

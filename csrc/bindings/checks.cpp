@@ -14,8 +14,9 @@ void check_cpu_float(const at::Tensor& t, const char* op, const char* name) {
 void check_cuda_float(const at::Tensor& t, const char* op, const char* name) {
   TORCH_CHECK(t.device().is_cuda(), op, ": ", name, " must be a CUDA tensor, got device ",
               t.device());
-  TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16, op, ": ", name,
-              " must be float32 or bfloat16 on CUDA, got ", t.scalar_type());
+  const at::ScalarType type = t.scalar_type();
+  TORCH_CHECK(type == at::kFloat || type == at::kBFloat16 || type == at::kHalf, op, ": ", name,
+              " must be float32, bfloat16 or float16 on CUDA, got ", type);
 }
 
 void check_matches(const at::Tensor& t, const char* name, const at::Tensor& ref,

@@ -11,7 +11,7 @@ namespace pygpt {
 // t is float32 or float64 (the dtypes the CPU kernels implement).
 void check_cpu_float(const at::Tensor& t, const char* op, const char* name);
 
-// t is a CUDA tensor of float32 or bfloat16 (the dtypes the CUDA kernels implement).
+// t is a CUDA tensor of float32, bfloat16 or float16 (the dtypes the CUDA kernels implement).
 void check_cuda_float(const at::Tensor& t, const char* op, const char* name);
 
 // t has the dtype and device of ref.

@@ -12,8 +12,13 @@
 
 namespace pygpt {
 
+// The kernels' element type of a tensor that check_cuda_float accepted.
 inline cuda::DType cuda_dtype(const at::Tensor& t) {
-  return t.scalar_type() == at::kBFloat16 ? cuda::DType::kBFloat16 : cuda::DType::kFloat32;
+  switch (t.scalar_type()) {
+    case at::kBFloat16: return cuda::DType::kBFloat16;
+    case at::kHalf: return cuda::DType::kFloat16;
+    default: return cuda::DType::kFloat32;
+  }
 }
 
 inline cudaStream_t current_stream() { return at::cuda::getCurrentCUDAStream(); }

@@ -1,5 +1,5 @@
-// Flash attention on CUDA for contiguous (B, H, T, D) tensors in float32 or bfloat16, float32
-// accumulation throughout; the mirror of cpu/attention.cpp (same masking, same -inf rows).
+// Flash attention on CUDA for contiguous (B, H, T, D) tensors in float32, bfloat16 or float16,
+// float32 accumulation throughout; the mirror of cpu/attention.cpp (same masking, same -inf rows).
 //
 // Forward: one block of 256 threads (8 warps) per (batch*head, 64-query tile). The query tile
 // (pre-multiplied by scale * log2(e), so the softmax runs on exp2) stays in shared memory; the
@@ -903,11 +903,10 @@ cudaError_t attention_forward(const AttentionShape& s, DType dtype, const void* 
                               cudaStream_t stream, const AttentionBias<float>& bias) {
   if (!valid_shape(s)) return cudaErrorInvalidValue;
   if (s.B * s.H * s.Tq == 0) return cudaSuccess;  // no output; Tk == 0 still writes 0 and -inf
-  switch (dtype) {
-    case DType::kFloat32: return forward_typed<float>(s, q, k, v, out, lse, bias, stream);
-    case DType::kBFloat16: return forward_typed<uint16_t>(s, q, k, v, out, lse, bias, stream);
-  }
-  return cudaErrorInvalidValue;
+  return detail::with_storage(dtype, [&](auto* type) {
+    return forward_typed<std::remove_pointer_t<decltype(type)>>(s, q, k, v, out, lse, bias,
+                                                                stream);
+  });
 }
 
 size_t attention_backward_workspace_bytes(const AttentionShape& s) {
@@ -923,15 +922,10 @@ cudaError_t attention_backward(const AttentionShape& s, DType dtype, const void*
                                const AttentionBias<float>& bias, float* dtable, float* dslopes) {
   if (!valid_shape(s)) return cudaErrorInvalidValue;
   if (s.B * s.H == 0 || s.Tq + s.Tk == 0) return cudaSuccess;  // no gradient to write
-  switch (dtype) {
-    case DType::kFloat32:
-      return backward_typed<float>(s, q, k, v, out, grad_out, lse, dq, dk, dv, workspace, stream,
-                                   bias, dtable, dslopes);
-    case DType::kBFloat16:
-      return backward_typed<uint16_t>(s, q, k, v, out, grad_out, lse, dq, dk, dv, workspace,
-                                      stream, bias, dtable, dslopes);
-  }
-  return cudaErrorInvalidValue;
+  return detail::with_storage(dtype, [&](auto* type) {
+    return backward_typed<std::remove_pointer_t<decltype(type)>>(
+        s, q, k, v, out, grad_out, lse, dq, dk, dv, workspace, stream, bias, dtable, dslopes);
+  });
 }
 
 }  // namespace pygpt::cuda

@@ -1,5 +1,5 @@
-// Bias + GELU on CUDA (declared in bias_gelu.h), float32 and bfloat16 storage, float32
-// arithmetic with the device's erff and expf; the math mirrors cpu/bias_gelu.cpp (the tanh GELU
+// Bias + GELU on CUDA (declared in bias_gelu.h), float32, bfloat16 and float16 storage,
+// float32 arithmetic with the device's erff and expf; the math mirrors cpu/bias_gelu.cpp (the tanh GELU
 // too as h * sigmoid(2u)). The kernels are templates over the GELU (ErfGelu, TanhGelu), chosen
 // once per launch.
 //
@@ -168,31 +168,23 @@ cudaError_t backward_typed(const S* grad_y, const S* x, const S* bias, S* dx, S*
 template <typename Gelu>
 cudaError_t forward_dtype(DType dtype, const void* x, const void* bias, void* y, int64_t N, int c,
                           cudaStream_t stream) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return forward_typed<Gelu>(static_cast<const float*>(x), static_cast<const float*>(bias),
-                                 static_cast<float*>(y), N, c, stream);
-    case DType::kBFloat16:
-      return forward_typed<Gelu>(static_cast<const uint16_t*>(x),
-                                 static_cast<const uint16_t*>(bias), static_cast<uint16_t*>(y), N,
-                                 c, stream);
-  }
-  return cudaErrorInvalidValue;
+  return detail::with_storage(dtype, [&](auto* type) {
+    using S = std::remove_pointer_t<decltype(type)>;
+    return forward_typed<Gelu>(static_cast<const S*>(x), static_cast<const S*>(bias),
+                               static_cast<S*>(y), N, c, stream);
+  });
 }
 
 template <typename Gelu>
 cudaError_t backward_dtype(DType dtype, const void* grad_y, const void* x, const void* bias,
                            void* dx, void* dbias, int64_t N, int c, void* workspace,
                            cudaStream_t stream) {
-  if (dtype == DType::kFloat32) {
-    return backward_typed<Gelu>(static_cast<const float*>(grad_y), static_cast<const float*>(x),
-                                static_cast<const float*>(bias), static_cast<float*>(dx),
-                                static_cast<float*>(dbias), N, c, workspace, stream);
-  }
-  return backward_typed<Gelu>(static_cast<const uint16_t*>(grad_y),
-                              static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(bias),
-                              static_cast<uint16_t*>(dx), static_cast<uint16_t*>(dbias), N, c,
-                              workspace, stream);
+  return detail::with_storage(dtype, [&](auto* type) {
+    using S = std::remove_pointer_t<decltype(type)>;
+    return backward_typed<Gelu>(static_cast<const S*>(grad_y), static_cast<const S*>(x),
+                                static_cast<const S*>(bias), static_cast<S*>(dx),
+                                static_cast<S*>(dbias), N, c, workspace, stream);
+  });
 }
 
 }  // namespace
@@ -220,12 +212,12 @@ cudaError_t bias_gelu_backward(DType dtype, const void* grad_y, const void* x, c
                                void* dx, void* dbias, int64_t N, int64_t C, void* workspace,
                                GeluApproximation approximate, cudaStream_t stream) {
   if (N < 0 || C < 0 || C > INT_MAX) return cudaErrorInvalidValue;
-  if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) return cudaErrorInvalidValue;
+  if (!known_dtype(dtype)) return cudaErrorInvalidValue;
   if (approximate != GeluApproximation::kNone && approximate != GeluApproximation::kTanh)
     return cudaErrorInvalidValue;
   if (C == 0) return cudaSuccess;
   if (N == 0) {  // a sum over no rows: a zero bias gradient
-    const size_t bytes = static_cast<size_t>(C) * (dtype == DType::kFloat32 ? 4 : 2);
+    const size_t bytes = static_cast<size_t>(C) * dtype_bytes(dtype);
     return dbias != nullptr ? cudaMemsetAsync(dbias, 0, bytes, stream) : cudaSuccess;
   }
   const int c = static_cast<int>(C);

@@ -8,10 +8,20 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace pygpt::cuda {
 
-enum class DType { kFloat32, kBFloat16 };
+// The element types of the kernels' inputs and outputs; each computes in float32 whatever it is.
+enum class DType { kFloat32, kBFloat16, kFloat16 };
+
+// Whether dtype is one of DType's (a value cast from elsewhere may not be).
+constexpr bool known_dtype(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kBFloat16 || dtype == DType::kFloat16;
+}
+
+// Bytes of one element of dtype.
+constexpr size_t dtype_bytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
 }  // namespace pygpt::cuda

@@ -1,6 +1,7 @@
-// Fused softmax cross-entropy on CUDA (declared in cross_entropy.h), float32 and bfloat16
-// logits, float32 arithmetic. The math mirrors cpu/cross_entropy.cpp, non-finite rows included:
-// a row holding NaN or +inf gets lse NaN (and NaN gradients), a row of only -inf gets lse -inf.
+// Fused softmax cross-entropy on CUDA (declared in cross_entropy.h), float32, bfloat16 and
+// float16 logits, float32 arithmetic. The math mirrors cpu/cross_entropy.cpp, non-finite rows
+// included: a row holding NaN or +inf gets lse NaN (and NaN gradients), a row of only -inf gets
+// lse -inf.
 //
 // Forward, kernel 1 (rows): a unit of U threads per row, U = 32 (a warp; 8 rows per 256-thread
 // block) for V <= 2048, growing to 512 threads (the whole block) for V > 16384, about 64 logits
@@ -370,15 +371,11 @@ cudaError_t cross_entropy_forward(DType dtype, const void* logits, int64_t row_s
   if (N > 0 && workspace == nullptr) return cudaErrorInvalidValue;
   float* row_loss = static_cast<float*>(workspace);
   const int v = static_cast<int>(V);
-  switch (dtype) {
-    case DType::kFloat32:
-      return forward_typed(static_cast<const float*>(logits), row_stride, targets, N, v,
-                           ignore_index, label_smoothing, lse, loss, row_loss, stream);
-    case DType::kBFloat16:
-      return forward_typed(static_cast<const uint16_t*>(logits), row_stride, targets, N, v,
-                           ignore_index, label_smoothing, lse, loss, row_loss, stream);
-  }
-  return cudaErrorInvalidValue;
+  return detail::with_storage(dtype, [&](auto* type) {
+    using S = std::remove_pointer_t<decltype(type)>;
+    return forward_typed(static_cast<const S*>(logits), row_stride, targets, N, v, ignore_index,
+                         label_smoothing, lse, loss, row_loss, stream);
+  });
 }
 
 cudaError_t cross_entropy_backward(DType dtype, const void* logits, int64_t row_stride,
@@ -388,19 +385,17 @@ cudaError_t cross_entropy_backward(DType dtype, const void* logits, int64_t row_
                                    void* grad_logits, void* workspace, cudaStream_t stream) {
   if (N < 0 || V < 0 || V > INT_MAX / 2) return cudaErrorInvalidValue;
   if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0)) return cudaErrorInvalidValue;
-  if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) return cudaErrorInvalidValue;
+  if (!known_dtype(dtype)) return cudaErrorInvalidValue;
   if (N == 0 || V == 0) return cudaSuccess;  // no gradient element to write
   if (workspace == nullptr) return cudaErrorInvalidValue;
   float* scale = static_cast<float*>(workspace);
   const int v = static_cast<int>(V);
-  if (dtype == DType::kFloat32) {
-    return backward_typed(static_cast<const float*>(logits), row_stride, targets, lse, grad_loss,
-                          N, v, ignore_index, label_smoothing, static_cast<float*>(grad_logits),
-                          scale, stream);
-  }
-  return backward_typed(static_cast<const uint16_t*>(logits), row_stride, targets, lse,
-                        grad_loss, N, v, ignore_index, label_smoothing,
-                        static_cast<uint16_t*>(grad_logits), scale, stream);
+  return detail::with_storage(dtype, [&](auto* type) {
+    using S = std::remove_pointer_t<decltype(type)>;
+    return backward_typed(static_cast<const S*>(logits), row_stride, targets, lse, grad_loss, N,
+                          v, ignore_index, label_smoothing, static_cast<S*>(grad_logits), scale,
+                          stream);
+  });
 }
 
 }  // namespace pygpt::cuda

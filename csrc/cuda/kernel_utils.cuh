@@ -2,10 +2,11 @@
 // and reach dynamic shared memory, element conversion and deterministic warp reductions; for the
 // row-wise ones (layer norm, cross-entropy) also 16-byte vector loads and stores and thread-group
 // reductions.
-// Framework-free: cuda_runtime.h and cuda_bf16.h only. Internal to csrc/cuda/*.cu.
+// Framework-free: cuda_runtime.h, cuda_bf16.h and cuda_fp16.h only. Internal to csrc/cuda/*.cu.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -47,17 +48,40 @@ __device__ __forceinline__ T* dynamic_shared() {
 #endif
 }
 
-// Storage types: float for kFloat32, the raw bits (uint16_t) for kBFloat16, so that every
-// element type is trivially copyable and the arithmetic is always float32.
+// Storage types: float for kFloat32, the raw bits (uint16_t) for kBFloat16 and __half for
+// kFloat16, so that every element type is trivially copyable and the arithmetic is always float32.
 // a * b rounded to float on its own, never fused with the addition that follows into an FMA: a
 // value that is used twice (summed over a row, then subtracted from that sum's mean) must be the
 // same number both times, or the difference of equals carries the product's rounding error.
 __device__ __forceinline__ float rounded_product(float a, float b) { return __fmul_rn(a, b); }
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(uint16_t bits) {
-  return __uint_as_float(static_cast<uint32_t>(bits) << 16);  // exact
+// A 16-bit storage type's value from its bits, and the bits of a float rounded to it (to nearest
+// even, NaN kept): both exact where the value fits.
+template <typename S>
+__device__ __forceinline__ float bits_to_float(uint32_t bits);
+template <>
+__device__ __forceinline__ float bits_to_float<uint16_t>(uint32_t bits) {
+  return __uint_as_float(bits << 16);
 }
+template <>
+__device__ __forceinline__ float bits_to_float<__half>(uint32_t bits) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+
+template <typename S>
+__device__ __forceinline__ uint16_t float_to_bits(float v);
+template <>
+__device__ __forceinline__ uint16_t float_to_bits<uint16_t>(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+template <>
+__device__ __forceinline__ uint16_t float_to_bits<__half>(float v) {
+  return __half_as_ushort(__float2half_rn(v));
+}
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(uint16_t bits) { return bits_to_float<uint16_t>(bits); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 
 template <typename S>
 __device__ __forceinline__ S from_float(float v);
@@ -67,7 +91,23 @@ __device__ __forceinline__ float from_float<float>(float v) {
 }
 template <>
 __device__ __forceinline__ uint16_t from_float<uint16_t>(float v) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(v));  // round to nearest even, NaN kept
+  return float_to_bits<uint16_t>(v);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+// f(static_cast<S*>(nullptr)) for dtype's storage type S, so that a launcher names its typed
+// kernels once for all three; cudaErrorInvalidValue for a dtype no kernel takes.
+template <typename F>
+cudaError_t with_storage(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: return f(static_cast<float*>(nullptr));
+    case DType::kBFloat16: return f(static_cast<uint16_t*>(nullptr));
+    case DType::kFloat16: return f(static_cast<__half*>(nullptr));
+  }
+  return cudaErrorInvalidValue;
 }
 
 // Elements of S in one 16-byte vector.
@@ -76,8 +116,8 @@ constexpr int kVec16 = static_cast<int>(16 / sizeof(S));
 
 // N consecutive elements of S as floats. With sizeof(S) * N == 16 this is one 16-byte access
 // (ld.global.v4 / st.global.v4) and p must be a 16-byte aligned pointer to global memory;
-// otherwise N scalar accesses. bf16 pairs share a 32-bit word little-endian: element 2k in the
-// low half.
+// otherwise N scalar accesses. 16-bit pairs share a 32-bit word little-endian: element 2k in
+// the low half.
 template <int N, typename S>
 __device__ __forceinline__ void load_pack(const S* p, float (&out)[N]) {
   if constexpr (sizeof(S) * N == 16) {
@@ -88,8 +128,8 @@ __device__ __forceinline__ void load_pack(const S* p, float (&out)[N]) {
       if constexpr (std::is_same_v<S, float>) {
         out[k] = __uint_as_float(words[k]);
       } else {
-        out[2 * k] = __uint_as_float(words[k] << 16);
-        out[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
+        out[2 * k] = bits_to_float<S>(words[k] & 0xffffu);
+        out[2 * k + 1] = bits_to_float<S>(words[k] >> 16);
       }
     }
   } else {
@@ -107,8 +147,8 @@ __device__ __forceinline__ void store_pack(S* p, const float (&in)[N]) {
       if constexpr (std::is_same_v<S, float>) {
         words[k] = __float_as_uint(in[k]);
       } else {
-        words[k] = static_cast<uint32_t>(from_float<S>(in[2 * k])) |
-                   static_cast<uint32_t>(from_float<S>(in[2 * k + 1])) << 16;
+        words[k] = static_cast<uint32_t>(float_to_bits<S>(in[2 * k])) |
+                   static_cast<uint32_t>(float_to_bits<S>(in[2 * k + 1])) << 16;
       }
     }
     // __stwb is st.global.wb.v4 (the default write-back policy): a plain uint4 assignment is

@@ -1,5 +1,5 @@
-// Layer norm over the last dimension on CUDA (declared in layer_norm.h), float32 and bfloat16
-// storage, float32 arithmetic. The math mirrors cpu/layer_norm.cpp. The same kernels run the
+// Layer norm over the last dimension on CUDA (declared in layer_norm.h), float32, bfloat16
+// and float16 storage, float32 arithmetic. The math mirrors cpu/layer_norm.cpp. The same kernels run the
 // residual add fused into the norm (add_layer_norm_*): with a residual, the forward reads x and
 // residual, writes their sum (rounded to the storage type) and normalises that sum; with
 // grad_sum, the backward adds it to dx. Without them they are the plain layer norm.
@@ -519,20 +519,12 @@ cudaError_t forward_any(DType dtype, const void* x, const void* residual, const 
   if (N < 0 || C < 0 || C > INT_MAX / 2) return cudaErrorInvalidValue;
   if (N == 0 || C == 0) return cudaSuccess;
   const int c = static_cast<int>(C);
-  switch (dtype) {
-    case DType::kFloat32:
-      return forward_typed(static_cast<const float*>(x), static_cast<const float*>(residual),
-                           static_cast<const float*>(weight), static_cast<const float*>(bias),
-                           static_cast<float*>(sum), static_cast<float*>(y), mean, rstd, N, c,
-                           eps, stream);
-    case DType::kBFloat16:
-      return forward_typed(static_cast<const uint16_t*>(x),
-                           static_cast<const uint16_t*>(residual),
-                           static_cast<const uint16_t*>(weight),
-                           static_cast<const uint16_t*>(bias), static_cast<uint16_t*>(sum),
-                           static_cast<uint16_t*>(y), mean, rstd, N, c, eps, stream);
-  }
-  return cudaErrorInvalidValue;
+  return detail::with_storage(dtype, [&](auto* type) {
+    using S = std::remove_pointer_t<decltype(type)>;
+    return forward_typed(static_cast<const S*>(x), static_cast<const S*>(residual),
+                         static_cast<const S*>(weight), static_cast<const S*>(bias),
+                         static_cast<S*>(sum), static_cast<S*>(y), mean, rstd, N, c, eps, stream);
+  });
 }
 
 // The backward for either storage type; grad_sum null for the plain layer norm.
@@ -541,27 +533,23 @@ cudaError_t backward_any(DType dtype, const void* grad_y, const void* grad_sum, 
                          void* dweight, void* dbias, int64_t N, int64_t C, void* workspace,
                          cudaStream_t stream) {
   if (N < 0 || C < 0 || C > INT_MAX / 2) return cudaErrorInvalidValue;
-  if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) return cudaErrorInvalidValue;
+  if (!known_dtype(dtype)) return cudaErrorInvalidValue;
   if (C == 0) return cudaSuccess;
   if (N == 0) {  // sums over no rows: zero weight and bias gradients, nothing else to do
-    const size_t bytes = static_cast<size_t>(C) * (dtype == DType::kFloat32 ? 4 : 2);
+    const size_t bytes = static_cast<size_t>(C) * dtype_bytes(dtype);
     cudaError_t err = cudaSuccess;
     if (dweight != nullptr) err = cudaMemsetAsync(dweight, 0, bytes, stream);
     if (err == cudaSuccess && dbias != nullptr) err = cudaMemsetAsync(dbias, 0, bytes, stream);
     return err;
   }
   const int c = static_cast<int>(C);
-  if (dtype == DType::kFloat32) {
-    return backward_typed(static_cast<const float*>(grad_y), static_cast<const float*>(grad_sum),
-                          static_cast<const float*>(x), static_cast<const float*>(weight), mean,
-                          rstd, static_cast<float*>(dx), static_cast<float*>(dweight),
-                          static_cast<float*>(dbias), N, c, workspace, stream);
-  }
-  return backward_typed(static_cast<const uint16_t*>(grad_y),
-                        static_cast<const uint16_t*>(grad_sum), static_cast<const uint16_t*>(x),
-                        static_cast<const uint16_t*>(weight), mean, rstd,
-                        static_cast<uint16_t*>(dx), static_cast<uint16_t*>(dweight),
-                        static_cast<uint16_t*>(dbias), N, c, workspace, stream);
+  return detail::with_storage(dtype, [&](auto* type) {
+    using S = std::remove_pointer_t<decltype(type)>;
+    return backward_typed(static_cast<const S*>(grad_y), static_cast<const S*>(grad_sum),
+                          static_cast<const S*>(x), static_cast<const S*>(weight), mean, rstd,
+                          static_cast<S*>(dx), static_cast<S*>(dweight), static_cast<S*>(dbias),
+                          N, c, workspace, stream);
+  });
 }
 
 }  // namespace

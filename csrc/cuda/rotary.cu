@@ -1,5 +1,5 @@
-// Rotary position embedding on CUDA (declared in rotary.h), float32 and bfloat16 storage,
-// float32 arithmetic. The math mirrors cpu/rotary.cpp.
+// Rotary position embedding on CUDA (declared in rotary.h), float32, bfloat16 and float16
+// storage, float32 arithmetic. The math mirrors cpu/rotary.cpp.
 //
 // A row (b, h, t) has W = D - half work items: items i < half rotate the pair (i, i + half),
 // items i >= half copy channel i + half (the channels past the rotated ones). A block of
@@ -71,13 +71,10 @@ cudaError_t rotary(DType dtype, const void* x, const void* cos, const void* sin,
     return cudaErrorInvalidValue;
   }
   if (s.B * s.H * s.T == 0 || s.D == 0) return cudaSuccess;
-  switch (dtype) {
-    case DType::kFloat32:
-      return launch_typed<float>(x, cos, sin, positions, y, s, stream);
-    case DType::kBFloat16:
-      return launch_typed<uint16_t>(x, cos, sin, positions, y, s, stream);
-  }
-  return cudaErrorInvalidValue;
+  return detail::with_storage(dtype, [&](auto* type) {
+    return launch_typed<std::remove_pointer_t<decltype(type)>>(x, cos, sin, positions, y, s,
+                                                               stream);
+  });
 }
 
 }  // namespace pygpt::cuda

@@ -1,14 +1,15 @@
 """The number types pygpt's ops compute in, and their autocast policy: one rule for every op.
 
-The kernels compute in float32 or float64 on the CPU and in float32 or bfloat16 on CUDA, and
-always accumulate in float32 (float64 for float64 inputs). So that every op takes every floating
-type, an op given one its device's kernels lack (bfloat16 or float16 on the CPU, float16 on CUDA)
-computes in float32 and returns its result in the type it was given.
+The kernels compute in float32 or float64 on the CPU and in float32, bfloat16 or float16 on
+CUDA, and always accumulate in float32 (float64 for float64 inputs). So that every op takes every
+floating type, an op given one its device's kernels lack (bfloat16 or float16 on the CPU, float64
+on CUDA) computes in float32 and returns its result in the type it was given.
 
 Under torch.autocast each op follows a policy, as ATen's own ops do:
 
 - LOW: attention, bias_gelu and linear_cross_entropy (whose matmuls are the LM head's) run in
-  autocast's type where the device's kernels take it (bfloat16 on CUDA), else in float32.
+  autocast's type where the device's kernels take it (bfloat16 and float16 on CUDA), else in
+  float32.
 - FLOAT32: layer_norm, add_layer_norm, cross_entropy and rotary upcast to float32 and return
   float32. Their statistics (mean and variance, the log-sum-exp) and rotary's sines and cosines
   want float32's precision, and so the residual stream stays float32 from block to block while
@@ -29,7 +30,7 @@ from torch import Tensor
 # What the kernels compute in, per device type; any other device computes in float32.
 KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
     "cpu": (torch.float32, torch.float64),
-    "cuda": (torch.float32, torch.bfloat16),
+    "cuda": (torch.float32, torch.bfloat16, torch.float16),
 }
 
 

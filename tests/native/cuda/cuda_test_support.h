@@ -1,6 +1,8 @@
 // Support shared by the native CUDA kernel tests: the ctest skip code when there is no device,
-// a checked device buffer, and host-side bfloat16 and float16 rounding (round to nearest even, as
-// the kernels' __float2bfloat16_rn and __float2half_rn do).
+// a checked device buffer, host-side bfloat16 and float16 rounding (round to nearest even, as
+// the kernels' __float2bfloat16_rn and __float2half_rn do), host tensors in any of the kernels'
+// element types (pygpt::cuda::DType), and the rounding error each type's storage adds, from
+// which the tests derive their tolerances.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,7 +15,11 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda/common.h"
+
 namespace pygpt::test {
+
+using pygpt::cuda::DType;
 
 // ctest treats this exit code as "skipped" (SKIP_RETURN_CODE 77).
 constexpr int kSkipExitCode = 77;
@@ -129,53 +135,106 @@ inline void download(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) PYGPT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
-// Element storage of one test dtype: float, or bfloat16 kept as bits.
-struct HostTensor {
-  bool bf16;
-  std::vector<float> values;  // what the kernel sees, as floats (already bf16-rounded if bf16)
+// Every element type the kernels take, for the tests' loops over them.
+constexpr DType kDTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 
-  size_t element_bytes() const { return bf16 ? 2 : 4; }
+// The dtype as the tests name it in case names.
+inline const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float";
+    case DType::kBFloat16: return "bf16";
+    case DType::kFloat16: return "fp16";
+  }
+  return "unknown";
+}
+
+// The largest relative error of storing a float32 result in dtype, for results in its normal
+// range (round to nearest: half the relative spacing, 2^-p for p significant bits): 2^-8 for
+// bfloat16 (8 bits), 2^-11 for float16 (11 bits, so 8x finer), and 0 for float32, whose results
+// are stored as the kernels compute them. A test's tolerance for a result rounded to the storage
+// type is its float32 tolerance plus a multiple of this, so that float16 is held to its own
+// precision rather than to bfloat16's.
+constexpr double unit_roundoff(DType dtype) {
+  return dtype == DType::kBFloat16 ? 0x1p-8 : dtype == DType::kFloat16 ? 0x1p-11 : 0.0;
+}
+
+// The largest absolute error of storing a float32 result below dtype's normal range, where the
+// spacing is that of the subnormals and unit_roundoff's relative bound no longer holds: half the
+// smallest subnormal, 2^-25 for float16 (normals start at 2^-14 = 6.1e-5, so small gradients
+// reach it), 2^-134 for bfloat16 (float32's exponent range) and 0 for float32. Storing x then
+// errs by at most unit_roundoff * |x| + underflow_atol.
+constexpr double underflow_atol(DType dtype) {
+  return dtype == DType::kBFloat16 ? 0x1p-134 : dtype == DType::kFloat16 ? 0x1p-25 : 0.0;
+}
+
+// A tolerance for results stored in dtype, given a test's float32 one (its float32 arithmetic)
+// and bfloat16 one (that plus the rounding to bfloat16, measured or bounded): the rounding part,
+// bf16_tol - float32_tol, scaled by dtype's unit roundoff relative to bfloat16's. float32 gets
+// float32_tol, bfloat16 bf16_tol, float16 float32_tol plus an eighth of bfloat16's rounding part.
+constexpr double tolerance_for(DType dtype, double float32_tol, double bf16_tol) {
+  return float32_tol +
+         (bf16_tol - float32_tol) * (unit_roundoff(dtype) / unit_roundoff(DType::kBFloat16));
+}
+
+// f rounded to dtype (float32: unchanged).
+inline float round_to(float f, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return f;
+    case DType::kBFloat16: return round_to_bf16(f);
+    case DType::kFloat16: return round_to_fp16(f);
+  }
+  return f;
+}
+
+// Element storage of one test dtype: float32, or the 16-bit types kept as bits.
+struct HostTensor {
+  DType dtype;
+  std::vector<float> values;  // what the kernel sees, as floats (already rounded to dtype)
+
+  size_t element_bytes() const { return pygpt::cuda::dtype_bytes(dtype); }
   size_t bytes() const { return values.size() * element_bytes(); }
 
   // The raw bytes to upload.
   std::vector<unsigned char> raw() const {
     std::vector<unsigned char> out(bytes());
     for (size_t i = 0; i < values.size(); ++i) {
-      if (bf16) {
-        const uint16_t b = float_to_bf16_bits(values[i]);
-        std::memcpy(&out[2 * i], &b, 2);
-      } else {
+      if (dtype == DType::kFloat32) {
         std::memcpy(&out[4 * i], &values[i], 4);
+      } else {
+        const uint16_t b = dtype == DType::kBFloat16 ? float_to_bf16_bits(values[i])
+                                                     : float_to_fp16_bits(values[i]);
+        std::memcpy(&out[2 * i], &b, 2);
       }
     }
     return out;
   }
 };
 
-// Rounds v to the tensor dtype (bf16 or float) in place; returns it.
-inline std::vector<float> rounded(std::vector<float> v, bool bf16) {
-  if (bf16) {
-    for (float& e : v) e = round_to_bf16(e);
-  }
+// Rounds v to dtype in place; returns it.
+inline std::vector<float> rounded(std::vector<float> v, DType dtype) {
+  for (float& e : v) e = round_to(e, dtype);
   return v;
 }
 
-// Downloads n elements of the given dtype from device memory as floats.
-inline std::vector<float> download_values(const void* src, size_t n, bool bf16) {
+// Downloads n elements of dtype from device memory as floats.
+inline std::vector<float> download_values(const void* src, size_t n, DType dtype) {
   std::vector<float> out(n);
-  if (bf16) {
+  if (dtype == DType::kFloat32) {
+    download(out.data(), src, n * 4);
+  } else {
     std::vector<uint16_t> bits(n);
     download(bits.data(), src, n * 2);
-    for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(bits[i]);
-  } else {
-    download(out.data(), src, n * 4);
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = dtype == DType::kBFloat16 ? bf16_bits_to_float(bits[i])
+                                         : fp16_bits_to_float(bits[i]);
+    }
   }
   return out;
 }
 
-// Uploads float values (already representable in the dtype) as the dtype's bytes.
-inline void upload_values(void* dst, const std::vector<float>& v, bool bf16) {
-  const HostTensor t{bf16, v};
+// Uploads float values (already representable in dtype) as dtype's bytes.
+inline void upload_values(void* dst, const std::vector<float>& v, DType dtype) {
+  const HostTensor t{dtype, v};
   const std::vector<unsigned char> raw = t.raw();
   upload(dst, raw.data(), raw.size());
 }

@@ -1,10 +1,11 @@
 // Tests the CUDA flash-attention kernels (csrc/cuda/attention.h) against the CPU kernels
-// (csrc/cpu/attention.h) run in double on the same inputs: out, lse, dq, dk, dv in float32 and
-// bfloat16 over causal and full attention, lengths 1 and odd, Tq != Tk both ways (rows that see
-// no key included), Dk != Dv, head dims 1 to 128, a long case, empty sizes, more than 65535
-// blocks, pointers that are only element-aligned, right-padded batches (per-row lengths, NaN in
-// every padded position of q, k, v, out, lse and grad_out; padded outputs must be exactly 0 and
-// -inf), NaN propagation (../attention_nonfinite_cases.h), and the rejected head dim. Outputs
+// (csrc/cpu/attention.h) run in double on the same inputs: out, lse, dq, dk, dv in float32,
+// bfloat16 and float16 over causal and full attention, lengths 1 and odd, Tq != Tk both ways
+// (rows that see no key included), Dk != Dv, head dims 1 to 128, a long case, empty sizes, more
+// than 65535 blocks, pointers that are only element-aligned, right-padded batches (per-row
+// lengths, NaN in every padded position of q, k, v, out, lse and grad_out; padded outputs must be
+// exactly 0 and -inf), NaN propagation (../attention_nonfinite_cases.h), and the rejected head
+// dim. Outputs
 // and the workspace start NaN-filled, so anything the kernels leave unwritten (or read) shows.
 // Exits with 77 (ctest's skip code) when there is no GPU.
 //
@@ -12,7 +13,10 @@
 // the same values. Tolerances (|got - ref| <= tol * max|ref| + tol * |ref|):
 //   float32: 1e-4 (float32 accumulation against double);
 //   bfloat16: 2e-2 for out, dq, dk, dv (each result is rounded to bfloat16, a relative step of
-//     2^-8, on top of float32 accumulation); lse is float32 in both dtypes, so 1e-4.
+//     2^-8, on top of float32 accumulation);
+//   float16: 1e-4 + (2e-2 - 1e-4) / 8 = 2.6e-3, bfloat16's rounding part scaled to float16's 8x
+//     finer unit roundoff (2^-11; cuda_test_support.h's tolerance_for);
+//   lse is float32 in every dtype, so 1e-4.
 // The backward is checked twice: once fed the reference out (rounded to the dtype) and lse
 // (rounded to float32), exactly the values the reference backward gets, and once fed the GPU
 // forward's own out and lse, as training does.
@@ -35,6 +39,7 @@
 #include "../test_support.h"
 #include "cpu/attention.h"
 #include "cuda/attention.h"
+#include "cuda_test_support.h"
 
 namespace {
 
@@ -51,52 +56,19 @@ void cuda_check(cudaError_t err, const char* what) {
   }
 }
 
-// float -> bfloat16 bits, round to nearest even (NaN stays NaN).
-uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float bf16_value(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
-size_t element_size(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
-
-const char* dtype_name(DType dtype) { return dtype == DType::kFloat32 ? "float32" : "bfloat16"; }
-
 // Values as the kernel sees them: the bytes in the dtype and the same values in double.
-struct HostTensor {
+struct Encoded {
   std::vector<unsigned char> bytes;
   std::vector<double> values;
 };
 
-HostTensor encode(const std::vector<double>& x, DType dtype) {
-  HostTensor t;
-  t.bytes.resize(x.size() * element_size(dtype));
-  t.values.resize(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float f = static_cast<float>(x[i]);
-    if (dtype == DType::kFloat32) {
-      std::memcpy(&t.bytes[4 * i], &f, 4);
-      t.values[i] = f;
-    } else {
-      const uint16_t b = bf16_bits(f);
-      std::memcpy(&t.bytes[2 * i], &b, 2);
-      t.values[i] = bf16_value(b);
-    }
-  }
-  return t;
+Encoded encode(const std::vector<double>& x, DType dtype) {
+  const HostTensor t{dtype, rounded(std::vector<float>(x.begin(), x.end()), dtype)};
+  return {t.raw(), std::vector<double>(t.values.begin(), t.values.end())};
 }
 
 std::vector<double> decode(const std::vector<unsigned char>& bytes, DType dtype) {
-  const size_t n = bytes.size() / element_size(dtype);
+  const size_t n = bytes.size() / pygpt::cuda::dtype_bytes(dtype);
   std::vector<double> x(n);
   for (size_t i = 0; i < n; ++i) {
     if (dtype == DType::kFloat32) {
@@ -106,24 +78,25 @@ std::vector<double> decode(const std::vector<unsigned char>& bytes, DType dtype)
     } else {
       uint16_t b;
       std::memcpy(&b, &bytes[2 * i], 2);
-      x[i] = bf16_value(b);
+      x[i] = dtype == DType::kBFloat16 ? bf16_bits_to_float(b) : fp16_bits_to_float(b);
     }
   }
   return x;
 }
 
 // `bytes` of device memory starting `shift` bytes into an allocation (so tensors need not be
-// 16-byte aligned), filled with 0xff bytes: NaN in float32 and bfloat16, so anything left
-// unwritten shows. Never a null pointer, even when empty.
-class DeviceBuffer {
+// 16-byte aligned), filled with 0xff bytes: NaN in float32, bfloat16 and float16, so anything
+// left unwritten shows. Never a null pointer, even when empty. (cuda_test_support.h's
+// DeviceBuffer takes the shift at each get() instead.)
+class ShiftedBuffer {
  public:
-  explicit DeviceBuffer(size_t bytes, size_t shift = 0) : bytes_(bytes), shift_(shift) {
+  explicit ShiftedBuffer(size_t bytes, size_t shift = 0) : bytes_(bytes), shift_(shift) {
     cuda_check(cudaMalloc(&base_, bytes + shift + 1), "cudaMalloc");
     cuda_check(cudaMemset(base_, 0xff, bytes + shift + 1), "cudaMemset");
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(base_); }
+  ShiftedBuffer(const ShiftedBuffer&) = delete;
+  ShiftedBuffer& operator=(const ShiftedBuffer&) = delete;
+  ~ShiftedBuffer() { cudaFree(base_); }
 
   void* get() const { return static_cast<char*>(base_) + shift_; }
   float* as_float() const { return static_cast<float*>(get()); }
@@ -144,7 +117,7 @@ class DeviceBuffer {
   size_t bytes_, shift_;
 };
 
-std::vector<double> download_floats(const DeviceBuffer& buffer) {
+std::vector<double> download_floats(const ShiftedBuffer& buffer) {
   const std::vector<unsigned char> bytes = buffer.download();
   std::vector<double> x(bytes.size() / 4);
   for (size_t i = 0; i < x.size(); ++i) {
@@ -240,12 +213,13 @@ bool expect_launch(const std::string& what, cudaError_t launched, cudaStream_t s
 void run_case(const Case& c, DType dtype, uint64_t seed, cudaStream_t stream,
               bool shifted = false, const Lengths& lengths = {}) {
   const std::string name = describe(c, dtype, shifted, lengths);
-  const size_t shift = shifted ? element_size(dtype) : 0, float_shift = shifted ? 4 : 0;
+  const size_t esize = pygpt::cuda::dtype_bytes(dtype);
+  const size_t shift = shifted ? esize : 0, float_shift = shifted ? 4 : 0;
   AttentionShape s{c.B, c.H, c.Tq, c.Tk, c.Dk, c.Dv, c.causal,
                    c.scale != 0.0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.Dk))};
   AttentionShape s_device = s;
-  DeviceBuffer q_lengths_d(lengths.q.size() * sizeof(int32_t));
-  DeviceBuffer kv_lengths_d(lengths.kv.size() * sizeof(int32_t));
+  ShiftedBuffer q_lengths_d(lengths.q.size() * sizeof(int32_t));
+  ShiftedBuffer kv_lengths_d(lengths.kv.size() * sizeof(int32_t));
   if (!lengths.q.empty()) {
     q_lengths_d.upload(lengths.q.data());
     kv_lengths_d.upload(lengths.kv.data());
@@ -255,7 +229,7 @@ void run_case(const Case& c, DType dtype, uint64_t seed, cudaStream_t stream,
     s_device.kv_lengths = static_cast<const int32_t*>(kv_lengths_d.get());
   }
   const int64_t BH = s.B * s.H;
-  const double tol = dtype == DType::kFloat32 ? 1e-4 : 2e-2;
+  const double tol = tolerance_for(dtype, 1e-4, 2e-2);
   const double lse_tol = 1e-4;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
@@ -266,10 +240,10 @@ void run_case(const Case& c, DType dtype, uint64_t seed, cudaStream_t stream,
                                nan),
                   dtype);
   };
-  const HostTensor q = draw(s.Tq, s.Dk, lengths.q, c.stddev);
-  const HostTensor k = draw(s.Tk, s.Dk, lengths.kv, c.stddev);
-  const HostTensor v = draw(s.Tk, s.Dv, lengths.kv, c.stddev);
-  const HostTensor dout = draw(s.Tq, s.Dv, lengths.q, 1.0);
+  const Encoded q = draw(s.Tq, s.Dk, lengths.q, c.stddev);
+  const Encoded k = draw(s.Tk, s.Dk, lengths.kv, c.stddev);
+  const Encoded v = draw(s.Tk, s.Dv, lengths.kv, c.stddev);
+  const Encoded dout = draw(s.Tq, s.Dv, lengths.q, 1.0);
 
   // Reference forward in double.
   std::vector<double> out_ref(BH * s.Tq * s.Dv), lse_ref(BH * s.Tq);
@@ -280,7 +254,7 @@ void run_case(const Case& c, DType dtype, uint64_t seed, cudaStream_t stream,
 
   // The backward's out and lse inputs, as the kernel gets them: out in dtype, lse in float32;
   // their padded rows hold NaN (the kernels must not read them).
-  const HostTensor out_in = encode(with_padding(out_ref, s, s.Tq, s.Dv, lengths.q, nan), dtype);
+  const Encoded out_in = encode(with_padding(out_ref, s, s.Tq, s.Dv, lengths.q, nan), dtype);
   const std::vector<double> lse_padded = with_padding(lse_ref, s, s.Tq, 1, lengths.q, nan);
   std::vector<float> lse_in(lse_ref.size());
   std::vector<double> lse_in_values(lse_ref.size());
@@ -302,13 +276,12 @@ void run_case(const Case& c, DType dtype, uint64_t seed, cudaStream_t stream,
     const int64_t rows = len.empty() || BH == 0 ? BH * T : (BH - 1) * T + len.back();
     return static_cast<size_t>(rows * D) * element;
   };
-  const size_t esize = element_size(dtype);
-  DeviceBuffer q_d(input_bytes(s.Tq, s.Dk, lengths.q, esize), shift);
-  DeviceBuffer k_d(input_bytes(s.Tk, s.Dk, lengths.kv, esize), shift);
-  DeviceBuffer v_d(input_bytes(s.Tk, s.Dv, lengths.kv, esize), shift);
-  DeviceBuffer dout_d(input_bytes(s.Tq, s.Dv, lengths.q, esize), shift);
-  DeviceBuffer out_in_d(input_bytes(s.Tq, s.Dv, lengths.q, esize), shift);
-  DeviceBuffer lse_in_d(input_bytes(s.Tq, 1, lengths.q, sizeof(float)), float_shift);
+  ShiftedBuffer q_d(input_bytes(s.Tq, s.Dk, lengths.q, esize), shift);
+  ShiftedBuffer k_d(input_bytes(s.Tk, s.Dk, lengths.kv, esize), shift);
+  ShiftedBuffer v_d(input_bytes(s.Tk, s.Dv, lengths.kv, esize), shift);
+  ShiftedBuffer dout_d(input_bytes(s.Tq, s.Dv, lengths.q, esize), shift);
+  ShiftedBuffer out_in_d(input_bytes(s.Tq, s.Dv, lengths.q, esize), shift);
+  ShiftedBuffer lse_in_d(input_bytes(s.Tq, 1, lengths.q, sizeof(float)), float_shift);
   q_d.upload(q.bytes.data());
   k_d.upload(k.bytes.data());
   v_d.upload(v.bytes.data());
@@ -317,8 +290,8 @@ void run_case(const Case& c, DType dtype, uint64_t seed, cudaStream_t stream,
   lse_in_d.upload(lse_in.data());
 
   // Forward.
-  DeviceBuffer out_d(out_in.bytes.size(), shift);
-  DeviceBuffer lse_d(lse_in.size() * sizeof(float), float_shift);
+  ShiftedBuffer out_d(out_in.bytes.size(), shift);
+  ShiftedBuffer lse_d(lse_in.size() * sizeof(float), float_shift);
   if (!expect_launch(name + " forward",
                      pygpt::cuda::attention_forward(s_device, dtype, q_d.get(), k_d.get(),
                                                     v_d.get(), out_d.get(), lse_d.as_float(),
@@ -339,10 +312,10 @@ void run_case(const Case& c, DType dtype, uint64_t seed, cudaStream_t stream,
   for (int pass = 0; pass < 2; ++pass) {
     const bool from_reference = pass == 0;
     const std::string what = name + (from_reference ? " backward" : " backward(gpu out)");
-    DeviceBuffer dq_d(BH * s.Tq * s.Dk * element_size(dtype), shift);
-    DeviceBuffer dk_d(BH * s.Tk * s.Dk * element_size(dtype), shift);
-    DeviceBuffer dv_d(BH * s.Tk * s.Dv * element_size(dtype), shift);
-    DeviceBuffer workspace(ws_bytes, float_shift);  // NaN-filled: its contents must not matter
+    ShiftedBuffer dq_d(BH * s.Tq * s.Dk * esize, shift);
+    ShiftedBuffer dk_d(BH * s.Tk * s.Dk * esize, shift);
+    ShiftedBuffer dv_d(BH * s.Tk * s.Dv * esize, shift);
+    ShiftedBuffer workspace(ws_bytes, float_shift);  // NaN-filled: its contents must not matter
     const cudaError_t err = pygpt::cuda::attention_backward(
         s_device, dtype, q_d.get(), k_d.get(), v_d.get(),
         from_reference ? out_in_d.get() : out_d.get(), dout_d.get(),
@@ -368,14 +341,14 @@ AttentionResults run_dense(const AttentionShape& s, const std::vector<double>& q
   const DType dtype = DType::kFloat32;
   cudaStream_t stream = nullptr;
   auto device = [&](const std::vector<double>& x) {
-    auto buffer = std::make_unique<DeviceBuffer>(x.size() * 4);
+    auto buffer = std::make_unique<ShiftedBuffer>(x.size() * 4);
     buffer->upload(encode(x, dtype).bytes.data());
     return buffer;
   };
   const auto q_d = device(q), k_d = device(k), v_d = device(v), dout_d = device(dout);
-  DeviceBuffer out_d(s.B * s.H * s.Tq * s.Dv * 4), lse_d(s.B * s.H * s.Tq * 4);
-  DeviceBuffer dq_d(q.size() * 4), dk_d(k.size() * 4), dv_d(v.size() * 4);
-  DeviceBuffer workspace(pygpt::cuda::attention_backward_workspace_bytes(s));
+  ShiftedBuffer out_d(s.B * s.H * s.Tq * s.Dv * 4), lse_d(s.B * s.H * s.Tq * 4);
+  ShiftedBuffer dq_d(q.size() * 4), dk_d(k.size() * 4), dv_d(v.size() * 4);
+  ShiftedBuffer workspace(pygpt::cuda::attention_backward_workspace_bytes(s));
   expect_launch("nan forward", pygpt::cuda::attention_forward(s, dtype, q_d->get(), k_d->get(),
                                                               v_d->get(), out_d.get(),
                                                               lse_d.as_float(), stream),
@@ -394,7 +367,7 @@ AttentionResults run_dense(const AttentionShape& s, const std::vector<double>& q
 void check_rejects_large_head_dim(cudaStream_t stream) {
   for (const auto& [Dk, Dv] : {std::pair<int64_t, int64_t>{129, 64}, {64, 129}}) {
     const AttentionShape s{1, 1, 4, 4, Dk, Dv, false, 1.0};
-    DeviceBuffer dummy(4096);
+    ShiftedBuffer dummy(4096);
     const cudaError_t fwd = pygpt::cuda::attention_forward(
         s, DType::kFloat32, dummy.get(), dummy.get(), dummy.get(), dummy.get(), dummy.as_float(),
         stream);
@@ -458,7 +431,7 @@ int main() {
   cases.push_back({1, 1, 1100, 1030, 80, 80, true, 0, 1});     // long, causal, Tq > Tk
 
   uint64_t seed = 1;
-  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+  for (const DType dtype : kDTypes) {
     for (const Case& c : cases) run_case(c, dtype, seed++, stream);
     // Pointers only element-aligned (torch views with a storage offset): odd head dims.
     run_case({2, 2, 37, 45, 17, 33, true, 0, 1}, dtype, seed++, stream, /*shifted=*/true);
@@ -478,7 +451,7 @@ int main() {
       {{3, 1, 200, 200, 64, 64, true, 0, 1}, {{200, 130, 65}, {200, 129, 66}}},  // many tiles
       {{2, 1, 150, 300, 80, 72, false, 0, 1}, {{150, 97}, {300, 129}}},
   };
-  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+  for (const DType dtype : kDTypes) {
     for (const auto& [c, lengths] : padded) run_case(c, dtype, seed++, stream, false, lengths);
   }
   // 70000 blocks, more than gridDim.y allows: once, as the host emulator runs blocks one by one.

@@ -1,13 +1,14 @@
 // Tests the CUDA bias + GELU (csrc/cuda/bias_gelu.h) against the CPU kernels (csrc/cpu/
 // bias_gelu.h) run in double on exactly the inputs the device sees: float32 inputs, or inputs
-// rounded to bfloat16 first, for the exact GELU and its tanh approximation. Covers the
+// rounded to bfloat16 or float16 first, for the exact GELU and its tanh approximation. Covers the
 // vectorised and scalar (odd C, misaligned pointers)
 // forward, one and many row groups (and the group cap) in the backward, no bias gradient, N = 0,
 // and run-to-run bitwise reproducibility. Exits with 77 (ctest: skipped) without a CUDA device.
 //
 // Tolerances (|got - ref| <= atol + rtol * |ref|, per element), as test_layer_norm_cuda.cu:
 //   float32: atol = 1e-5 * scale, rtol = 1e-5, scale = max(1, max |ref|) over the tensor;
-//   bfloat16: the same, plus rtol = 1.01 * 2^-8 for the final rounding to bfloat16.
+//   bfloat16, float16: the same, plus rtol = 1.01 * u for the final rounding to the storage
+//            type, u its unit roundoff (2^-8 for bfloat16, 2^-11 for float16).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -27,7 +28,7 @@ using pygpt::GeluApproximation;
 using pygpt::cuda::DType;
 
 constexpr double kFloatTol = 1e-5;
-constexpr double kBf16Rtol = 1.01 / 256.0;
+constexpr double kRoundings = 1.01;  // unit roundoffs allowed for the final rounding to 16 bits
 
 struct Case {
   int64_t N, C;
@@ -36,28 +37,27 @@ struct Case {
 };
 
 void expect_values(const std::string& what, const std::vector<float>& got,
-                   const std::vector<double>& ref, bool bf16) {
+                   const std::vector<double>& ref, DType dtype) {
   const double atol = kFloatTol * scale_of(ref);
-  const double rtol = bf16 ? kBf16Rtol + kFloatTol : kFloatTol;
+  const double rtol = kRoundings * unit_roundoff(dtype) + kFloatTol;
   check(got.size() == ref.size(), what + ": size mismatch");
   expect_close(what, got.data(), ref.data(), std::min(got.size(), ref.size()), atol, rtol);
 }
 
-void run_case(const Case& c, bool bias_grad, bool bf16, GeluApproximation approximate,
+void run_case(const Case& c, bool bias_grad, DType dtype, GeluApproximation approximate,
               Rng& rng) {
   const int64_t N = c.N, C = c.C;
-  const DType dtype = bf16 ? DType::kBFloat16 : DType::kFloat32;
   const std::string name =
       format("bias_gelu_cuda<%s, %s> N=%ld C=%ld scale=%g misalign=%d bias_grad=%d",
-             bf16 ? "bf16" : "float", approximate == GeluApproximation::kTanh ? "tanh" : "none",
+             dtype_name(dtype), approximate == GeluApproximation::kTanh ? "tanh" : "none",
              static_cast<long>(N), static_cast<long>(C), c.scale, c.misalign, bias_grad);
   std::vector<float> x(N * C), dy(N * C), b(C);
   for (float& e : x) e = static_cast<float>(c.scale * rng.normal());
   for (float& e : dy) e = static_cast<float>(rng.normal());
   for (float& e : b) e = static_cast<float>(rng.normal());
-  x = rounded(x, bf16);
-  dy = rounded(dy, bf16);
-  b = rounded(b, bf16);
+  x = rounded(x, dtype);
+  dy = rounded(dy, dtype);
+  b = rounded(b, dtype);
   const std::vector<double> xd(x.begin(), x.end()), bd(b.begin(), b.end()),
       dyd(dy.begin(), dy.end());
   std::vector<double> ref_y(N * C), ref_dx(N * C), ref_db(C, 0.0);
@@ -66,19 +66,19 @@ void run_case(const Case& c, bool bias_grad, bool bf16, GeluApproximation approx
   pygpt::cpu::bias_gelu_backward<double>(dyd.data(), xd.data(), bd.data(), ref_dx.data(),
                                          ref_db.data(), C, 0, N, approximate);
 
-  const size_t es = bf16 ? 2 : 4, shift = static_cast<size_t>(c.misalign) * es;
+  const size_t es = pygpt::cuda::dtype_bytes(dtype), shift = static_cast<size_t>(c.misalign) * es;
   check(shift < kPad, name + ": misalignment fits the buffers' padding");
   const size_t big = static_cast<size_t>(N * C) * es + kPad;
   const size_t small = static_cast<size_t>(C) * es + kPad;
   DeviceBuffer x_d(big), dy_d(big), y_d(big), b_d(small);
-  upload_values(x_d.get(shift), x, bf16);
-  upload_values(dy_d.get(shift), dy, bf16);
-  upload_values(b_d.get(shift), b, bf16);
+  upload_values(x_d.get(shift), x, dtype);
+  upload_values(dy_d.get(shift), dy, dtype);
+  upload_values(b_d.get(shift), b, dtype);
   const cudaError_t fwd = pygpt::cuda::bias_gelu_forward(
       dtype, x_d.get(shift), b_d.get(shift), y_d.get(shift), N, C, approximate, nullptr);
   check(fwd == cudaSuccess, name + ": forward launch: " + cudaGetErrorString(fwd));
   PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
-  expect_values(name + " y", download_values(y_d.get(shift), N * C, bf16), ref_y, bf16);
+  expect_values(name + " y", download_values(y_d.get(shift), N * C, dtype), ref_y, dtype);
 
   auto backward = [&](std::vector<float>& dx, std::vector<float>& db) {
     DeviceBuffer dx_d(big), db_d(small), ws(pygpt::cuda::bias_gelu_backward_workspace_bytes(N, C));
@@ -88,21 +88,20 @@ void run_case(const Case& c, bool bias_grad, bool bf16, GeluApproximation approx
         bias_grad ? ws.get() : nullptr, approximate, nullptr);
     check(bwd == cudaSuccess, name + ": backward launch: " + cudaGetErrorString(bwd));
     PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
-    dx = download_values(dx_d.get(shift), N * C, bf16);
-    if (bias_grad) db = download_values(dbp, C, bf16);
+    dx = download_values(dx_d.get(shift), N * C, dtype);
+    if (bias_grad) db = download_values(dbp, C, dtype);
   };
   std::vector<float> dx, db, dx2, db2;
   backward(dx, db);
-  expect_values(name + " dx", dx, ref_dx, bf16);
-  if (bias_grad) expect_values(name + " dbias", db, ref_db, bf16);
+  expect_values(name + " dx", dx, ref_dx, dtype);
+  if (bias_grad) expect_values(name + " dbias", db, ref_db, dtype);
   backward(dx2, db2);
   check(bitwise_equal(dx, dx2) && bitwise_equal(db, db2), name + ": backward is reproducible");
 }
 
 // N = 0: nothing to compute; the bias gradient is a sum over no rows, zeros.
-void check_empty(bool bf16) {
-  const DType dtype = bf16 ? DType::kBFloat16 : DType::kFloat32;
-  const std::string name = format("bias_gelu_cuda<%s> N=0", bf16 ? "bf16" : "float");
+void check_empty(DType dtype) {
+  const std::string name = format("bias_gelu_cuda<%s> N=0", dtype_name(dtype));
   DeviceBuffer x(64), b(64), y(64), db(64);
   check(pygpt::cuda::bias_gelu_forward(dtype, x.get(), b.get(), y.get(), 0, 5,
                                        GeluApproximation::kNone, nullptr) == cudaSuccess,
@@ -114,7 +113,7 @@ void check_empty(bool bf16) {
         name + ": backward returns cudaSuccess");
   PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
   bool zeros = true;
-  for (float v : download_values(db.get(), 5, bf16)) zeros = zeros && v == 0.0f;
+  for (float v : download_values(db.get(), 5, dtype)) zeros = zeros && v == 0.0f;
   check(zeros, name + ": dbias is zero");
 }
 
@@ -128,13 +127,13 @@ int main() {
       {4, 64, 4.0, 0},  {4, 64, 1.0, 1},   {65, 40, 1.0, 0},  {130, 127, 2.0, 0},
       {12, 512, 1.0, 0}, {3, 1031, 1.0, 3}, {200, 24, 1.0, 0}, {70000, 3, 1.0, 0},
   };
-  for (bool bf16 : {false, true}) {
+  for (const DType dtype : kDTypes) {
     for (GeluApproximation approximate : {GeluApproximation::kNone, GeluApproximation::kTanh}) {
       for (const Case& c : cases) {
-        for (bool bias_grad : {true, false}) run_case(c, bias_grad, bf16, approximate, rng);
+        for (bool bias_grad : {true, false}) run_case(c, bias_grad, dtype, approximate, rng);
       }
     }
-    check_empty(bf16);
+    check_empty(dtype);
   }
   return Tally::get().finish("test_bias_gelu_cuda");
 }

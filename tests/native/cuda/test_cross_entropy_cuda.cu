@@ -1,6 +1,6 @@
 // Tests the CUDA fused cross-entropy (csrc/cuda/cross_entropy.h) against the CPU kernels (csrc/
 // cpu/cross_entropy.h) run in double on exactly the logits the device sees: float32, or rounded
-// to bfloat16 first. Covers warp- and block-per-row shapes up to V = 131072, padded rows
+// to bfloat16 or float16 first. Covers warp- and block-per-row shapes up to V = 131072, padded rows
 // (row_stride > V) and misaligned logits / gradient pointers (scalar heads and tails, the scalar
 // backward path), ignored and all-ignored targets, rows with NaN / inf, the gradient written in
 // place over the logits, N = 0 and V = 0, and run-to-run bitwise reproducibility; without label
@@ -8,13 +8,16 @@
 // skipped) when there is no CUDA device.
 //
 // Tolerances (|got - ref| <= atol + rtol * |ref|):
-//   lse and loss (float32 outputs for both dtypes): atol = rtol = 1e-5, atol relative to
+//   lse and loss (float32 outputs for every dtype): atol = rtol = 1e-5, atol relative to
 //     max(1, max |ref|) (the CPU tests' kTol<float>).
 //   grad, float32: rtol = 2e-5 and atol = 1e-6 * max |ref|. Each element is
 //     exp(x - lse) * scale, whose relative error is about the absolute error of the float32 lse
 //     (half an ulp of lse, ~4e-6 at |lse| ~ 100, plus the float32 sum of exps), so rtol holds
 //     for every probability above 1e-6 of the largest gradient; atol covers the rest.
-//   grad, bfloat16: the same plus rtol 1.01 * 2^-8 for the rounding to bfloat16.
+//   grad, bfloat16 and float16: the same plus the rounding to the storage type: rtol 1.01 * u,
+//     u its unit roundoff (2^-8 for bfloat16, 2^-11 for float16), and atol half its smallest
+//     subnormal (2^-25 for float16), since gradients of tiny probabilities over many rows fall
+//     below float16's normal range (6.1e-5); see cuda_test_support.h.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -39,8 +42,11 @@ constexpr float kGradLoss = 0.7f;
 constexpr double kFloatTol = 1e-5;
 constexpr double kGradRtol = 2e-5;
 constexpr double kGradAtol = 1e-6;
-constexpr double kBf16Rtol = 1.01 / 256.0;
+constexpr double kRoundings = 1.01;  // unit roundoffs allowed for the rounding to 16 bits
 constexpr int64_t kLargestSmoothed = 1 << 21;  // elements (N * V) of a case run with smoothing
+
+// The gradient's rtol: float32's plus the rounding of the stored gradient to dtype.
+double grad_rtol(DType dtype) { return kGradRtol + kRoundings * unit_roundoff(dtype); }
 
 struct Case {
   int64_t N, V, row_padding;  // row_stride = V + row_padding
@@ -62,7 +68,8 @@ struct Reference {
   double loss;
 };
 
-Problem make_problem(const Case& c, double label_smoothing, bool bf16, Rng& rng) {
+// In float16 the padding's 1e30 overflows to +inf: junk all the same, and as visible if read.
+Problem make_problem(const Case& c, double label_smoothing, DType dtype, Rng& rng) {
   const int64_t row_stride = c.V + c.row_padding;
   Problem p{c.N, c.V, row_stride, std::vector<float>(c.N * row_stride),
             std::vector<int64_t>(c.N), label_smoothing};
@@ -70,7 +77,7 @@ Problem make_problem(const Case& c, double label_smoothing, bool bf16, Rng& rng)
     draw_logit_row(c.pattern, c.V, row_stride, c.stddev, rng, &p.logits[i * row_stride]);
     p.targets[i] = draw_target(c.pattern, c.V, c.ignored_fraction, kIgnore, rng);
   }
-  p.logits = rounded(p.logits, bf16);
+  p.logits = rounded(p.logits, dtype);
   return p;
 }
 
@@ -92,8 +99,8 @@ Reference oracle(const Problem& p) {
 
 // Device inputs and outputs of one problem.
 struct Device {
-  Device(const Problem& p, bool bf16, int logits_misalign, int grad_misalign)
-      : es(bf16 ? 2 : 4),
+  Device(const Problem& p, DType dtype, int logits_misalign, int grad_misalign)
+      : es(pygpt::cuda::dtype_bytes(dtype)),
         logits_shift(static_cast<size_t>(logits_misalign) * es),
         grad_shift(static_cast<size_t>(grad_misalign) * es),
         logits(p.N * p.row_stride * es + kPad),
@@ -103,7 +110,7 @@ struct Device {
         grad_loss(sizeof(float)),
         grad(p.N * p.V * es + kPad),
         workspace(pygpt::cuda::cross_entropy_workspace_bytes(p.N)) {
-    upload_values(logits.get(logits_shift), p.logits, bf16);
+    upload_values(logits.get(logits_shift), p.logits, dtype);
     upload(targets.get(), p.targets.data(), p.targets.size() * sizeof(int64_t));
     upload(grad_loss.get(), &kGradLoss, sizeof(float));
   }
@@ -130,8 +137,7 @@ cudaError_t backward(const Problem& p, DType dtype, Device& d, const void* logit
                                              d.workspace.get(), nullptr);
 }
 
-Result run(const Problem& p, bool bf16, Device& d, const std::string& name) {
-  const DType dtype = bf16 ? DType::kBFloat16 : DType::kFloat32;
+Result run(const Problem& p, DType dtype, Device& d, const std::string& name) {
   const void* logits = d.logits.get(d.logits_shift);
   void* grad = d.grad.get(d.grad_shift);
   const cudaError_t f = forward(p, dtype, d, logits);
@@ -139,12 +145,13 @@ Result run(const Problem& p, bool bf16, Device& d, const std::string& name) {
   const cudaError_t b = backward(p, dtype, d, logits, p.row_stride, grad);
   check(b == cudaSuccess, name + ": backward launch: " + cudaGetErrorString(b));
   PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
-  return {download_values(d.lse.get(), p.N, false), download_values(d.loss.get(), 1, false),
-          download_values(grad, p.N * p.V, bf16)};
+  return {download_values(d.lse.get(), p.N, DType::kFloat32),  // lse and loss: float32 always
+          download_values(d.loss.get(), 1, DType::kFloat32),
+          download_values(grad, p.N * p.V, dtype)};
 }
 
 void expect_results(const std::string& name, const Problem& p, const Result& r,
-                    const Reference& ref, bool bf16) {
+                    const Reference& ref, DType dtype) {
   expect_close(name + " lse", r.lse.data(), ref.lse.data(), r.lse.size(),
                kFloatTol * scale_of(ref.lse), kFloatTol);
   expect_close(name + " loss", r.loss.data(), &ref.loss, 1,
@@ -155,7 +162,7 @@ void expect_results(const std::string& name, const Problem& p, const Result& r,
     if (std::isfinite(g)) grad_max = std::max(grad_max, std::abs(g));
   }
   expect_close(name + " grad", r.grad.data(), ref.grad.data(), r.grad.size(),
-               kGradAtol * grad_max, bf16 ? kGradRtol + kBf16Rtol : kGradRtol);
+               kGradAtol * grad_max + underflow_atol(dtype), grad_rtol(dtype));
   bool ignored_zero = true;
   for (int64_t i = 0; i < p.N; ++i) {
     if (p.targets[i] != kIgnore) continue;
@@ -164,28 +171,28 @@ void expect_results(const std::string& name, const Problem& p, const Result& r,
   check(ignored_zero, name + ": ignored rows have exactly zero gradients");
 }
 
-void run_case(const Case& c, double label_smoothing, bool bf16, Rng& rng) {
+void run_case(const Case& c, double label_smoothing, DType dtype, Rng& rng) {
   const std::string name =
       format("cross_entropy_cuda<%s> N=%ld V=%ld padding=%ld pattern=%d stddev=%g ignored=%g "
              "misalign=%d/%d smoothing=%g",
-             bf16 ? "bf16" : "float", static_cast<long>(c.N), static_cast<long>(c.V),
+             dtype_name(dtype), static_cast<long>(c.N), static_cast<long>(c.V),
              static_cast<long>(c.row_padding), static_cast<int>(c.pattern), c.stddev,
              c.ignored_fraction, c.logits_misalign, c.grad_misalign, label_smoothing);
-  const Problem p = make_problem(c, label_smoothing, bf16, rng);
+  const Problem p = make_problem(c, label_smoothing, dtype, rng);
   const Reference ref = oracle(p);
-  check(static_cast<size_t>(std::max(c.logits_misalign, c.grad_misalign)) * (bf16 ? 2 : 4) < kPad,
+  check(static_cast<size_t>(std::max(c.logits_misalign, c.grad_misalign)) *
+                pygpt::cuda::dtype_bytes(dtype) < kPad,
         name + ": misalignment fits the buffers' padding");
-  Device d(p, bf16, c.logits_misalign, c.grad_misalign);
-  const Result r = run(p, bf16, d, name);
-  expect_results(name, p, r, ref, bf16);
+  Device d(p, dtype, c.logits_misalign, c.grad_misalign);
+  const Result r = run(p, dtype, d, name);
+  expect_results(name, p, r, ref, dtype);
 
-  const Result again = run(p, bf16, d, name + " (again)");
+  const Result again = run(p, dtype, d, name + " (again)");
   check(bitwise_equal(again.lse, r.lse) && bitwise_equal(again.loss, r.loss) &&
             bitwise_equal(again.grad, r.grad),
         name + ": bitwise reproducible");
 
   if (c.row_padding == 0) {  // the gradient written over the logits it is computed from
-    const DType dtype = bf16 ? DType::kBFloat16 : DType::kFloat32;
     DeviceBuffer buffer(p.N * p.V * d.es + kPad);
     void* inplace = buffer.get(d.logits_shift);
     if (p.N * p.V > 0) {
@@ -195,25 +202,25 @@ void run_case(const Case& c, double label_smoothing, bool bf16, Rng& rng) {
     const cudaError_t b = backward(p, dtype, d, inplace, p.V, inplace);
     check(b == cudaSuccess, name + ": in-place backward launch");
     PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
-    check(bitwise_equal(download_values(inplace, p.N * p.V, bf16), r.grad),
+    check(bitwise_equal(download_values(inplace, p.N * p.V, dtype), r.grad),
           name + ": in-place gradient equals the out-of-place one");
   }
 }
 
 // Rows holding NaN or +inf give lse NaN and NaN gradients, a row of only -inf gives lse -inf,
 // ignored rows stay zero whatever they hold (as the CPU kernels do, with or without smoothing).
-void check_non_finite_rows(double label_smoothing, bool bf16) {
+void check_non_finite_rows(double label_smoothing, DType dtype) {
   const std::string name = format("cross_entropy_cuda<%s> non-finite rows smoothing=%g",
-                                  bf16 ? "bf16" : "float", label_smoothing);
+                                  dtype_name(dtype), label_smoothing);
   Problem p{kNonFiniteRows, kNonFiniteV, kNonFiniteV, non_finite_logits<float>(),
             non_finite_targets(kIgnore), label_smoothing};
   const Reference ref = oracle(p);
-  Device d(p, bf16, 0, 0);
-  const Result r = run(p, bf16, d, name);
+  Device d(p, dtype, 0, 0);
+  const Result r = run(p, dtype, d, name);
   expect_close(name + " lse", r.lse.data(), ref.lse.data(), r.lse.size(), 1e-5, 1e-5);
   check(std::isnan(r.loss[0]), name + ": loss is NaN");
-  expect_close(name + " grad", r.grad.data(), ref.grad.data(), r.grad.size(), 1e-6,
-               bf16 ? kGradRtol + kBf16Rtol : kGradRtol);
+  expect_close(name + " grad", r.grad.data(), ref.grad.data(), r.grad.size(),
+               1e-6 + underflow_atol(dtype), grad_rtol(dtype));
   bool ignored_zero = true;
   for (int64_t j = 0; j < p.V; ++j) {
     ignored_zero = ignored_zero && r.grad[kNonFiniteIgnoredRow * p.V + j] == 0.0f;
@@ -223,9 +230,8 @@ void check_non_finite_rows(double label_smoothing, bool bf16) {
 
 // N = 0: the mean over no rows is NaN; V = 0 (every target ignored): lse -inf, loss NaN. A label
 // smoothing outside [0, 1] is refused (cudaErrorInvalidValue) before anything runs.
-void check_empty(bool bf16) {
-  const DType dtype = bf16 ? DType::kBFloat16 : DType::kFloat32;
-  const std::string name = format("cross_entropy_cuda<%s>", bf16 ? "bf16" : "float");
+void check_empty(DType dtype) {
+  const std::string name = format("cross_entropy_cuda<%s>", dtype_name(dtype));
   {
     DeviceBuffer logits(64), targets(64), lse(64), loss(4), grad_loss(4), grad(64);
     DeviceBuffer ws(pygpt::cuda::cross_entropy_workspace_bytes(0));
@@ -247,12 +253,13 @@ void check_empty(bool bf16) {
     check(forward(0.1) == cudaSuccess, name + " N=0: forward returns cudaSuccess");
     check(backward(0.1) == cudaSuccess, name + " N=0: backward returns cudaSuccess");
     PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
-    check(std::isnan(download_values(loss.get(), 1, false)[0]), name + " N=0: loss is NaN");
+    check(std::isnan(download_values(loss.get(), 1, DType::kFloat32)[0]),
+          name + " N=0: loss is NaN");
   }
   {
     Problem p{3, 0, 0, {}, {kIgnore, kIgnore, kIgnore}, 0.0};
-    Device d(p, bf16, 0, 0);
-    const Result r = run(p, bf16, d, name + " V=0");
+    Device d(p, dtype, 0, 0);
+    const Result r = run(p, dtype, d, name + " V=0");
     check(r.lse[0] == -std::numeric_limits<float>::infinity() &&
               r.lse[2] == -std::numeric_limits<float>::infinity(),
           name + " V=0: lse is -inf");
@@ -302,16 +309,16 @@ int main() {
       {2000, 64, 0, P::kNormal, 1.0, 0.2, 0, 0},
       {200, 16385, 0, P::kNormal, 1.0, 0.0, 0, 0},
   };
-  for (bool bf16 : {false, true}) {
+  for (const DType dtype : kDTypes) {
     for (double s : kLabelSmoothings) {
       for (const Case& c : cases) {
         // Smoothed, the largest problems are left out: smaller ones take the same kernel paths.
         if (s != 0.0 && c.N * c.V > kLargestSmoothed) continue;
-        run_case(c, s, bf16, rng);
+        run_case(c, s, dtype, rng);
       }
-      check_non_finite_rows(s, bf16);
+      check_non_finite_rows(s, dtype);
     }
-    check_empty(bf16);
+    check_empty(dtype);
   }
   return Tally::get().finish("test_cross_entropy_cuda");
 }

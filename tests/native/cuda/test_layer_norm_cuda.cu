@@ -1,17 +1,18 @@
 // Tests the CUDA layer norm (csrc/cuda/layer_norm.h) against the CPU kernels (csrc/cpu/
 // layer_norm.h) run in double on exactly the inputs the device sees: float32 inputs, or inputs
-// rounded to bfloat16 first. Covers warp-per-row, group-per-row and block-per-row fallback
-// shapes, the vectorised and scalar (odd C, misaligned pointers) paths, null weight / bias,
-// gradients not requested, grids whose blocks take many rows, N = 0, and run-to-run
+// rounded to bfloat16 or float16 first. Covers warp-per-row, group-per-row and block-per-row
+// fallback shapes, the vectorised and scalar (odd C, misaligned pointers) paths, null weight /
+// bias, gradients not requested, grids whose blocks take many rows, N = 0, and run-to-run
 // bitwise reproducibility. Exits with 77 (ctest: skipped) when there is no CUDA device.
 //
 // Tolerances (|got - ref| <= atol + rtol * |ref|, per element):
 //   float32: atol = 1e-5 * scale, rtol = 1e-5, scale = max(1, max |ref|) over the tensor (the
 //            CPU tests' kTol<float>); float32 accumulation over a row or over N rows stays
 //            well inside it.
-//   bfloat16: the same atol for the float32 arithmetic, plus rtol = 1.01 * 2^-8 for the final
-//            rounding of y, dx, dweight and dbias to bfloat16 (half an ulp is at most 2^-8
-//            relative). mean and rstd are float32 outputs and keep the float32 tolerance.
+//   bfloat16, float16: the same atol for the float32 arithmetic, plus rtol = 1.01 * u for the
+//            final rounding of y, dx, dweight and dbias to the storage type, u its unit roundoff
+//            (half an ulp relative: 2^-8 for bfloat16, 2^-11 for float16; cuda_test_support.h's
+//            unit_roundoff). mean and rstd are float32 outputs and keep the float32 tolerance.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -31,7 +32,7 @@ using pygpt::cuda::DType;
 
 constexpr double kEps = 1e-5;
 constexpr double kFloatTol = 1e-5;
-constexpr double kBf16Rtol = 1.01 / 256.0;
+constexpr double kRoundings = 1.01;  // unit roundoffs allowed for the final rounding to 16 bits
 
 struct Case {
   int64_t N, C;
@@ -63,10 +64,11 @@ Reference oracle(int64_t N, int64_t C, const std::vector<float>& x, const std::v
   return r;
 }
 
+// dtype: the type got was stored in (float32 for mean and rstd whatever the tensors' type).
 void expect_values(const std::string& what, const std::vector<float>& got,
-                   const std::vector<double>& ref, bool bf16_rounded) {
+                   const std::vector<double>& ref, DType dtype) {
   const double atol = kFloatTol * scale_of(ref);
-  const double rtol = bf16_rounded ? kBf16Rtol + kFloatTol : kFloatTol;
+  const double rtol = kRoundings * unit_roundoff(dtype) + kFloatTol;
   check(got.size() == ref.size(), what + ": size mismatch");
   expect_close(what, got.data(), ref.data(), std::min(got.size(), ref.size()), atol, rtol);
 }
@@ -76,12 +78,11 @@ struct Result {
   std::vector<float> y, mean, rstd, dx, dweight, dbias;
 };
 
-void run_case(const Case& c, const Affine& a, bool bf16, Rng& rng) {
+void run_case(const Case& c, const Affine& a, DType dtype, Rng& rng) {
   const int64_t N = c.N, C = c.C;
-  const DType dtype = bf16 ? DType::kBFloat16 : DType::kFloat32;
   const std::string name = format(
       "layer_norm_cuda<%s> N=%ld C=%ld offset=%g misalign=%d weight=%d bias=%d grads=%d",
-      bf16 ? "bf16" : "float", static_cast<long>(N), static_cast<long>(C), c.offset, c.misalign,
+      dtype_name(dtype), static_cast<long>(N), static_cast<long>(C), c.offset, c.misalign,
       a.weight, a.bias, a.grads);
 
   std::vector<float> x(N * C), dy(N * C), w, b;
@@ -95,23 +96,23 @@ void run_case(const Case& c, const Affine& a, bool bf16, Rng& rng) {
     b.resize(C);
     for (float& e : b) e = static_cast<float>(rng.normal());
   }
-  x = rounded(x, bf16);
-  dy = rounded(dy, bf16);
-  w = rounded(w, bf16);
-  b = rounded(b, bf16);
+  x = rounded(x, dtype);
+  dy = rounded(dy, dtype);
+  w = rounded(w, dtype);
+  b = rounded(b, dtype);
   const Reference ref = oracle(N, C, x, w, b, dy);
 
-  const size_t es = bf16 ? 2 : 4;
+  const size_t es = pygpt::cuda::dtype_bytes(dtype);
   const size_t shift = static_cast<size_t>(c.misalign) * es;  // byte offset of every tensor
   check(shift < kPad, name + ": misalignment fits the buffers' padding");
   const size_t big = static_cast<size_t>(N * C) * es + kPad;
   const size_t small = static_cast<size_t>(C) * es + kPad;
   DeviceBuffer x_d(big), dy_d(big), y_d(big), w_d(small), b_d(small);
   DeviceBuffer mean_d(N * 4 + 4), rstd_d(N * 4 + 4);
-  upload_values(x_d.get(shift), x, bf16);
-  upload_values(dy_d.get(shift), dy, bf16);
-  upload_values(w_d.get(shift), w, bf16);
-  upload_values(b_d.get(shift), b, bf16);
+  upload_values(x_d.get(shift), x, dtype);
+  upload_values(dy_d.get(shift), dy, dtype);
+  upload_values(w_d.get(shift), w, dtype);
+  upload_values(b_d.get(shift), b, dtype);
   void* wp = a.weight ? w_d.get(shift) : nullptr;
   void* bp = a.bias ? b_d.get(shift) : nullptr;
 
@@ -133,23 +134,23 @@ void run_case(const Case& c, const Affine& a, bool bf16, Rng& rng) {
         dx_d.get(shift), dwp, dbp, N, C, wsp, nullptr);
     check(bwd == cudaSuccess, name + ": backward launch: " + cudaGetErrorString(bwd));
     PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
-    r.dx = download_values(dx_d.get(shift), N * C, bf16);
-    if (dwp != nullptr) r.dweight = download_values(dwp, C, bf16);
-    if (dbp != nullptr) r.dbias = download_values(dbp, C, bf16);
+    r.dx = download_values(dx_d.get(shift), N * C, dtype);
+    if (dwp != nullptr) r.dweight = download_values(dwp, C, dtype);
+    if (dbp != nullptr) r.dbias = download_values(dbp, C, dtype);
   };
 
   Result r;
-  r.y = download_values(y_d.get(shift), N * C, bf16);
-  r.mean = download_values(mean_d.get(), N, false);
-  r.rstd = download_values(rstd_d.get(), N, false);
+  r.y = download_values(y_d.get(shift), N * C, dtype);
+  r.mean = download_values(mean_d.get(), N, DType::kFloat32);
+  r.rstd = download_values(rstd_d.get(), N, DType::kFloat32);
   backward(r);
 
-  expect_values(name + " y", r.y, ref.y, bf16);
-  expect_values(name + " mean", r.mean, ref.mean, false);
-  expect_values(name + " rstd", r.rstd, ref.rstd, false);
-  expect_values(name + " dx", r.dx, ref.dx, bf16);
-  if (a.weight && a.grads) expect_values(name + " dweight", r.dweight, ref.dweight, bf16);
-  if (a.bias && a.grads) expect_values(name + " dbias", r.dbias, ref.dbias, bf16);
+  expect_values(name + " y", r.y, ref.y, dtype);
+  expect_values(name + " mean", r.mean, ref.mean, DType::kFloat32);
+  expect_values(name + " rstd", r.rstd, ref.rstd, DType::kFloat32);
+  expect_values(name + " dx", r.dx, ref.dx, dtype);
+  if (a.weight && a.grads) expect_values(name + " dweight", r.dweight, ref.dweight, dtype);
+  if (a.bias && a.grads) expect_values(name + " dbias", r.dbias, ref.dbias, dtype);
 
   Result again;
   backward(again);
@@ -159,10 +160,9 @@ void run_case(const Case& c, const Affine& a, bool bf16, Rng& rng) {
 }
 
 // N = 0: nothing to normalise; the weight and bias gradients are sums over no rows, zeros.
-void check_empty(bool bf16) {
-  const DType dtype = bf16 ? DType::kBFloat16 : DType::kFloat32;
+void check_empty(DType dtype) {
   const int64_t C = 5;
-  const std::string name = format("layer_norm_cuda<%s> N=0", bf16 ? "bf16" : "float");
+  const std::string name = format("layer_norm_cuda<%s> N=0", dtype_name(dtype));
   DeviceBuffer x(64), w(64), y(64), stats(64), dw(64), db(64), dx(64);
   check(pygpt::cuda::layer_norm_forward(dtype, x.get(), w.get(), nullptr, y.get(),
                                         stats.get<float>(), stats.get<float>(), 0, C, kEps,
@@ -174,8 +174,8 @@ void check_empty(bool bf16) {
                                          nullptr, nullptr) == cudaSuccess,
         name + ": backward returns cudaSuccess");
   PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<float> dwv = download_values(dw.get(), C, bf16);
-  const std::vector<float> dbv = download_values(db.get(), C, bf16);
+  const std::vector<float> dwv = download_values(dw.get(), C, dtype);
+  const std::vector<float> dbv = download_values(db.get(), C, dtype);
   bool zeros = true;
   for (int64_t j = 0; j < C; ++j) zeros = zeros && dwv[j] == 0.0f && dbv[j] == 0.0f;
   check(zeros, name + ": dweight and dbias are zero");
@@ -227,11 +227,11 @@ int main() {
       {true, true, true}, {true, false, true}, {false, true, true}, {false, false, true},
       {true, true, false},
   };
-  for (bool bf16 : {false, true}) {
+  for (const DType dtype : kDTypes) {
     for (const Case& c : cases) {
-      for (const Affine& a : affines) run_case(c, a, bf16, rng);
+      for (const Affine& a : affines) run_case(c, a, dtype, rng);
     }
-    check_empty(bf16);
+    check_empty(dtype);
   }
   return Tally::get().finish("test_layer_norm_cuda");
 }

@@ -1,11 +1,12 @@
 // Tests the CUDA rotary kernel (csrc/cuda/rotary.h) against the double oracle of
-// rotary_cases.h on exactly the inputs the device sees (float32, or rounded to bfloat16 first):
-// shared and per-row positions, strided heads views, partial rotation, empty shapes, both
-// directions. Exits with 77 (ctest: skipped) when there is no CUDA device.
+// rotary_cases.h on exactly the inputs the device sees (float32, or rounded to bfloat16 or
+// float16 first): shared and per-row positions, strided heads views, partial rotation, empty
+// shapes, both directions. Exits with 77 (ctest: skipped) when there is no CUDA device.
 //
 // Tolerances: float32 1e-5 relative to the row scale (a rotation is two products and a sum);
-// bfloat16 adds half an ulp of the stored result (rtol 1.01 * 2^-8) to that, and the pass-through
-// channels must be copied exactly in both.
+// bfloat16 and float16 add half an ulp of the stored result (rtol 1.01 * u, u the unit roundoff:
+// 2^-8 for bfloat16, 2^-11 for float16) to that, and the pass-through channels must be copied
+// exactly in all three.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -23,35 +24,34 @@ using namespace pygpt::test;
 using pygpt::cuda::DType;
 
 constexpr double kFloatTol = 1e-5;
-constexpr double kBf16Rtol = 1.01 / 256.0;
+constexpr double kRoundings = 1.01;  // unit roundoffs allowed for the final rounding to 16 bits
 
-std::vector<float> to_float(const std::vector<double>& v, bool bf16) {
-  return rounded(std::vector<float>(v.begin(), v.end()), bf16);
+std::vector<float> to_float(const std::vector<double>& v, DType dtype) {
+  return rounded(std::vector<float>(v.begin(), v.end()), dtype);
 }
 
-void run_case(const RotaryCase& c, const RotaryInputs& in, bool inverse, bool bf16) {
+void run_case(const RotaryCase& c, const RotaryInputs& in, bool inverse, DType dtype) {
   const pygpt::RotaryShape s = rotary_shape(c, inverse);
-  const std::string name = format("rotary_cuda<%s> ", bf16 ? "bf16" : "float") +
-                           describe(c, inverse);
-  const std::vector<float> x = to_float(in.x, bf16), cos = to_float(in.cos, bf16),
-                           sin = to_float(in.sin, bf16);
+  const std::string name = format("rotary_cuda<%s> ", dtype_name(dtype)) + describe(c, inverse);
+  const std::vector<float> x = to_float(in.x, dtype), cos = to_float(in.cos, dtype),
+                           sin = to_float(in.sin, dtype);
   const RotaryInputs seen{to_double(x), to_double(cos), to_double(sin), in.positions};
   const std::vector<double> ref = rotary_oracle(seen, s);
 
-  const size_t es = bf16 ? 2 : 4;
+  const size_t es = pygpt::cuda::dtype_bytes(dtype);
   DeviceBuffer x_d(x.size() * es), cos_d(cos.size() * es), sin_d(sin.size() * es),
       y_d(ref.size() * es), pos_d(in.positions.size() * 8);
-  upload_values(x_d.get(), x, bf16);
-  upload_values(cos_d.get(), cos, bf16);
-  upload_values(sin_d.get(), sin, bf16);
+  upload_values(x_d.get(), x, dtype);
+  upload_values(cos_d.get(), cos, dtype);
+  upload_values(sin_d.get(), sin, dtype);
   upload(pos_d.get(), in.positions.data(), in.positions.size() * 8);
   const cudaError_t err =
-      pygpt::cuda::rotary(bf16 ? DType::kBFloat16 : DType::kFloat32, x_d.get(), cos_d.get(),
-                          sin_d.get(), pos_d.get<int64_t>(), y_d.get(), s, nullptr);
+      pygpt::cuda::rotary(dtype, x_d.get(), cos_d.get(), sin_d.get(), pos_d.get<int64_t>(),
+                          y_d.get(), s, nullptr);
   check(err == cudaSuccess, name + ": launch: " + cudaGetErrorString(err));
   PYGPT_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<float> y = download_values(y_d.get(), ref.size(), bf16);
-  const double rtol = bf16 ? kBf16Rtol + kFloatTol : kFloatTol;
+  const std::vector<float> y = download_values(y_d.get(), ref.size(), dtype);
+  const double rtol = kRoundings * unit_roundoff(dtype) + kFloatTol;
   expect_close(name + " y", y.data(), ref.data(), ref.size(), kFloatTol * scale_of(ref), rtol);
   bool copied = true;
   for (int64_t r = 0; r < c.B * c.H * c.T; ++r) {
@@ -70,8 +70,7 @@ int main() {
   for (const RotaryCase& c : rotary_cases()) {
     const RotaryInputs in = rotary_inputs(c, rng);
     for (bool inverse : {false, true}) {
-      run_case(c, in, inverse, false);
-      run_case(c, in, inverse, true);
+      for (const DType dtype : kDTypes) run_case(c, in, inverse, dtype);
     }
   }
   // Invalid layouts are refused without a launch.
