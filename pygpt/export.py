@@ -6,7 +6,8 @@ decoder graphs, pygpt.onnx.seq2seq), beside `tokenizer.json` and `runner.json`, 
 torch-free runner what the folder holds. The --out folder must be new, empty or an earlier export
 (never the checkpoint's own folder). `--quantize int8` also writes the int8 weight-quantized
 graphs (onnxruntime's dynamic quantizer, pygpt.onnx.int8), as --int8-weights (qint8 or quint8),
---int8-per-channel and --int8-exclude (parts kept in float32) say; runner.json records how.
+--int8-per-channel or --int8-per-tensor (default: the family's choice, per channel for a BERT) and
+--int8-exclude (parts kept in float32) say; runner.json records how.
 
 pygpt's custom ops are translated to standard ONNX ops (attention into MatMul/Softmax with its
 mask, layer norm into LayerNormalization), so the graphs run in stock onnxruntime with no
@@ -65,17 +66,19 @@ def export(ckpt: Union[str, Path], out_dir: Union[str, Path], quantize: Optional
            int8: Optional[Int8Settings] = None) -> list[Path]:
     """Exports the checkpoint folder ckpt into out_dir with its family's exporter; returns the
     files written. quantize "int8": the int8 graphs too, made as int8 says (default: QInt8
-    weights, per tensor, every part quantized)."""
+    weights, scaled as the family chooses, every part quantized)."""
     if quantize not in (None, "int8"):
         raise ValueError(f"--quantize supports only int8, got {quantize!r}")
     if int8 is not None and quantize is None:
         raise ValueError("the --int8-* settings need --quantize int8")
-    settings = (int8 or Int8Settings()) if quantize == "int8" else None
     check_out(Path(ckpt), Path(out_dir))
     with RunFolder(out_dir, what="export"):
         model, tokenizer = checkpoint.load(ckpt, kernels="ext")
-        return family(model.config.arch).export(model, tokenizer, checkpoint.load_labels(ckpt),
-                                                Path(out_dir), settings)
+        fam = family(model.config.arch)
+        settings = ((int8 or Int8Settings()).resolved(fam.int8_per_channel)
+                    if quantize == "int8" else None)
+        return fam.export(model, tokenizer, checkpoint.load_labels(ckpt), Path(out_dir),
+                          settings)
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -87,12 +90,19 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--int8-weights", choices=WEIGHT_TYPES, default=None,
                         help="int8: the weights' type (default qint8; quint8 can be the more "
                              "accurate for small BERTs)")
-    parser.add_argument("--int8-per-channel", action="store_true",
-                        help="int8: one scale per output channel instead of per tensor")
+    scales = parser.add_mutually_exclusive_group()
+    scales.add_argument("--int8-per-channel", dest="int8_per_channel", action="store_const",
+                        const=True, default=None,
+                        help="int8: one scale per output channel (a BERT's default)")
+    scales.add_argument("--int8-per-tensor", dest="int8_per_channel", action="store_const",
+                        const=False,
+                        help="int8: one scale per weight tensor (a GPT's and a translator's "
+                             "default)")
     parser.add_argument("--int8-exclude", nargs="+", choices=PARTS, default=[],
                         help="int8: parts kept in float32 (head: the output layer)")
     args = parser.parse_args(argv)
-    given = args.int8_weights is not None or args.int8_per_channel or args.int8_exclude
+    given = (args.int8_weights is not None or args.int8_per_channel is not None
+             or args.int8_exclude)
     try:
         int8 = (Int8Settings(args.int8_weights or "qint8", args.int8_per_channel,
                              tuple(args.int8_exclude)) if given else None)

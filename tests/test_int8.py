@@ -78,7 +78,7 @@ def test_options_change_the_graph_as_they_say(which, request, tmp_path):
         for exclude in [(), ("attention",), ("mlp",), ("head",), ("embeddings",),
                         ("attention", "head", "mlp")]:
             dst = tmp_path / f"{src.stem}-{'-'.join(exclude)}.onnx"
-            quantize_int8(src, dst, Int8Settings(exclude=exclude))
+            quantize_int8(src, dst, Int8Settings(per_channel=False, exclude=exclude))
             q = onnx.load(str(dst))
             assert quantized(q) == {n for n, part in matmuls.items() if part not in exclude}
             gathers = quantized_gathers(q)
@@ -129,7 +129,9 @@ def test_every_family_stays_close_to_fp32(settings, gpt, mlm, classifier, transl
                             "translator": translator}.items():
         out = tmp_path / name
         pygpt.export.export(ckpt, out, "int8", settings)
-        assert json.loads((out / "runner.json").read_text())["int8"] == settings.record()
+        per_channel = name in ("mlm", "classifier")  # a BERT's default (Family.int8_per_channel)
+        assert json.loads((out / "runner.json").read_text())["int8"] == settings.resolved(
+            per_channel).record()
         if name == "gpt":
             models = [run_onnx.OnnxGPT(str(out), v) for v in ("fp32", "int8")]
             ids = np.array([models[0].tokenizer.encode("ROMEO:\nWhat")[:8]])  # the context
@@ -147,13 +149,26 @@ def test_every_family_stays_close_to_fp32(settings, gpt, mlm, classifier, transl
 
 
 def test_the_cli_records_the_settings_and_the_runner_uses_int8(classifier, translator,
-                                                               tmp_path):
+                                                               tmp_path, capsys):
     out = tmp_path / "cls"
     pygpt.export.main(["--ckpt", str(classifier[0]), "--out", str(out), "--quantize", "int8",
                        "--int8-weights", "quint8", "--int8-per-channel", "--int8-exclude",
                        "head", "attention"])
     assert json.loads((out / "runner.json").read_text())["int8"] == {
         "weights": "quint8", "per_channel": True, "exclude": ["attention", "head"]}
+    for family, ckpt in (("bert", classifier[0]), ("seq2seq", translator[0])):
+        for flags, per_channel in (([], family == "bert"), (["--int8-per-tensor"], False),
+                                   (["--int8-per-channel"], True)):
+            folder = tmp_path / f"{family}-{'-'.join(flags)}"
+            pygpt.export.main(["--ckpt", str(ckpt), "--out", str(folder), "--quantize", "int8",
+                               *flags])
+            assert json.loads((folder / "runner.json").read_text())["int8"] == {
+                "weights": "qint8", "per_channel": per_channel, "exclude": []}
+    with pytest.raises(SystemExit):
+        pygpt.export.main(["--ckpt", str(classifier[0]), "--quantize", "int8",
+                           "--int8-per-tensor", "--int8-per-channel"])
+    assert "--int8-per-channel: not allowed with argument --int8-per-tensor" in \
+        capsys.readouterr().err
     with pytest.raises(SystemExit, match="error: the --int8-\\* settings need --quantize int8"):
         pygpt.export.main(["--ckpt", str(classifier[0]), "--out", str(tmp_path / "x"),
                            "--int8-per-channel"])

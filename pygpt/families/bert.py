@@ -40,6 +40,9 @@ class BERTFamily(Family):
     tasks = ("pretrain", "classify", "tag", "qa")
     specials = True  # [PAD] [UNK] [CLS] [SEP] [MASK]
     text_specials = ("[CLS]", "[SEP]")
+    # A fine-tuned MiniLM tagger lost 8.5 points of entity F1 with one scale per tensor and none
+    # per channel (docs/results.md, "Fine-tuning an imported encoder").
+    int8_per_channel = True
 
     def preset_for(self, task, pretrained=False):
         if task not in FINE_TUNING:

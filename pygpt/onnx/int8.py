@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import ast
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 PARTS = ("head", "attention", "mlp", "embeddings")  # what --int8-exclude may name
 WEIGHT_TYPES = ("qint8", "quint8")
@@ -27,9 +27,10 @@ _HEAD_PATHS = ("lm_head", "mlm.decoder", "classifier", "out")
 
 @dataclass(frozen=True)
 class Int8Settings:
-    """How the int8 graphs are made (recorded in runner.json under "int8")."""
+    """How the int8 graphs are made (recorded in runner.json under "int8"). per_channel None:
+    the family's choice (Family.int8_per_channel), which the export fills in (resolved)."""
     weights: str = "qint8"
-    per_channel: bool = False
+    per_channel: Optional[bool] = None
     exclude: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -41,9 +42,19 @@ class Int8Settings:
             raise ValueError(f"--int8-exclude takes {', '.join(PARTS)}, got {unknown[0]!r}")
         object.__setattr__(self, "exclude", tuple(sorted(set(self.exclude))))
 
+    def resolved(self, per_channel: bool) -> "Int8Settings":
+        """These settings, per_channel where they leave the scales to the family."""
+        return self if self.per_channel is not None else replace(self, per_channel=per_channel)
+
     def record(self) -> dict[str, Any]:
-        return {"weights": self.weights, "per_channel": self.per_channel,
+        return {"weights": self.weights, "per_channel": self._per_channel(),
                 "exclude": list(self.exclude)}
+
+    def _per_channel(self) -> bool:
+        if self.per_channel is None:
+            raise ValueError("int8 settings whose scales are left to the family must be "
+                             "resolved by it first")
+        return self.per_channel
 
 
 def node_part(node: Any) -> str:
@@ -115,7 +126,7 @@ def quantize_int8(src: Path, dst: Path, settings: Int8Settings) -> None:
     # u8 x s8 products in pairs into int16, which full 8-bit weights saturate; the export runs
     # on any CPU, so it keeps every one accurate (the translator's int8 test kept 13 of 20 fp32
     # translations on a Zen 3 without it, 16 required).
-    quantize_dynamic(model, str(dst), per_channel=settings.per_channel, reduce_range=True,
+    quantize_dynamic(model, str(dst), per_channel=settings._per_channel(), reduce_range=True,
                      weight_type=QuantType.QInt8 if settings.weights == "qint8"
                      else QuantType.QUInt8,
                      nodes_to_exclude=nodes_of(src, settings.exclude) if settings.exclude else [])
