@@ -31,8 +31,9 @@ sentences or paragraphs with all their questions). For each seed:
   scored on --val by the same rule (an answer is the best start + end logit over a question's
   windows, at most MAX_ANSWER pieces, or none where [CLS] scores better in a v2.0 set).
 
-With --int8, pygpt's model is also exported (python -m pygpt.export --quantize int8) and its fp32
-and int8 graphs scored on the torch-free runner. Both sides score the model of the last step (no choice of the best checkpoint on --val). Prints
+With --int8, pygpt's model is also exported (python -m pygpt.export --quantize int8, and again
+with --int8-per-tensor) and its fp32 and int8 graphs scored on the torch-free runner. Both sides
+score the model of the last step (no choice of the best checkpoint on --val). Prints
 each run's scores and seconds per training step (the steps alone), then the mean per side.
 Timings depend on what else the machine runs: run it on a quiet one.
 """
@@ -327,12 +328,19 @@ def pygpt_run(task, imported: Path, train: Path, val: Path, out: Path, seed: int
         result = task.pygpt_scores(out, val)
     run = {"scores": result, "s_per_step": seconds / steps, "steps": steps,
            "settings": settings.strip()}
-    if int8:  # the exported graphs' scores, fp32 and int8, on the torch-free runner
+    if int8:  # the exported graphs' scores on the torch-free runner: fp32, int8 as exported by
+        # default (a scale per output channel) and with one scale per weight tensor
         from pygpt import export
+        from pygpt.onnx.int8 import Int8Settings
         from pygpt_runtime.onnx_bert import OnnxBERT
         export.export(out, out / "onnx", quantize="int8")
-        run["onnx"] = {variant: task.onnx_scores(OnnxBERT(str(out / "onnx"), variant, threads),
-                                                 val) for variant in ("fp32", "int8")}
+        export.export(out, out / "onnx-per-tensor", quantize="int8",
+                      int8=Int8Settings(per_channel=False))
+        run["onnx"] = {name: task.onnx_scores(OnnxBERT(str(out / folder), variant, threads), val)
+                       for name, folder, variant in (("fp32", "onnx", "fp32"),
+                                                     ("int8", "onnx", "int8"),
+                                                     ("int8 per tensor", "onnx-per-tensor",
+                                                      "int8"))}
     return run
 
 
