@@ -48,7 +48,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -344,8 +344,10 @@ def pygpt_run(task, imported: Path, train: Path, val: Path, out: Path, seed: int
     return run
 
 
-def transformers_run(task, hf_dir: Path, seed: int, threads: int) -> dict:
-    """transformers' model of the task fine-tuned by a plain loop, the same recipe."""
+def transformers_run(task, hf_dir: Path, seed: int, threads: int,
+                     max_steps: Optional[int] = None) -> dict:
+    """transformers' model of the task fine-tuned by a plain loop, the same recipe (max_steps:
+    that many steps instead of the recipe's epochs, as pygpt.train's --max-iters)."""
     from transformers import AutoTokenizer
 
     epochs, lr, batch = (FROM_PRETRAINED[k] for k in ("epochs", "lr", "batch_size"))
@@ -361,7 +363,7 @@ def transformers_run(task, hf_dir: Path, seed: int, threads: int) -> dict:
                                    {"params": plain, "weight_decay": 0.0}],
                                   lr=lr, betas=(0.9, FROM_PRETRAINED["beta2"]))
     train = task.hf_rows(tokenizer, most)
-    steps = math.ceil(epochs * len(train) / batch)
+    steps = max_steps or math.ceil(epochs * len(train) / batch)
     warmup = int(FROM_PRETRAINED["warmup_frac"] * steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: (
         (s + 1) / warmup if s < warmup else max(0.0, (steps - s) / max(1, steps - warmup))))
@@ -403,6 +405,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("runs/finetune"))
     p.add_argument("--int8", action="store_true",
                    help="also score pygpt's model exported to ONNX, fp32 and int8 graphs")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="stop both sides after this many steps (--max-iters for pygpt), to time "
+                        "steps; the scores are then not the recipe's")
     p.add_argument("--old-preset", action="store_true",
                    help="also pygpt with --preset bert-TASK (the from-scratch preset)")
     args = p.parse_args()
@@ -420,14 +425,16 @@ def main() -> None:
           f"{task.unit}, "
           f"{len(task.labels)} labels; recipe {FROM_PRETRAINED}; torch {torch.__version__}, "
           f"{args.threads} thread(s)")
+    steps = ["--max-iters", str(args.max_steps)] if args.max_steps else []
     sides: dict[str, Callable[[int], dict]] = {
         "pygpt": lambda s: pygpt_run(task, imported, train, val, args.out / f"pygpt-{s}", s,
-                                     args.threads, [], args.int8),
-        "transformers": lambda s: transformers_run(task, args.hf, s, args.threads)}
+                                     args.threads, steps, args.int8),
+        "transformers": lambda s: transformers_run(task, args.hf, s, args.threads,
+                                                   args.max_steps)}
     if args.old_preset:
         sides[f"pygpt --preset bert-{args.task}"] = lambda s: pygpt_run(
             task, imported, train, val, args.out / f"pygpt-old-{s}", s, args.threads,
-            ["--preset", f"bert-{args.task}"])
+            ["--preset", f"bert-{args.task}", *steps])
     results: dict[str, list[dict]] = {side: [] for side in sides}
     for seed in args.seeds:
         for side, run in sides.items():
