@@ -5,8 +5,8 @@
 // than 65535 blocks, pointers that are only element-aligned, right-padded batches (per-row
 // lengths, NaN in every padded position of q, k, v, out, lse and grad_out; padded outputs must be
 // exactly 0 and -inf), NaN propagation (../attention_nonfinite_cases.h), and the rejected head
-// dim. Outputs
-// and the workspace start NaN-filled, so anything the kernels leave unwritten (or read) shows.
+// dim. Outputs and the workspace start NaN-filled, so anything the kernels leave unwritten (or
+// read) shows.
 // Exits with 77 (ctest's skip code) when there is no GPU.
 //
 // Inputs are rounded to the dtype on the host first, so the double reference and the kernel see
