@@ -24,7 +24,8 @@ sentences or paragraphs with all their questions). For each seed:
   preset);
 - transformers: BertForSequenceClassification / BertForTokenClassification /
   BertForQuestionAnswering from MODEL_DIR, fine-tuned by a plain PyTorch loop with the same
-  recipe (AdamW lr, betas (0.9, 0.999), weight decay 0.01 off biases and norms, 10% linear warmup
+  recipe and model (no dropout of attention probabilities, as pygpt's BERT has none; AdamW lr,
+  betas (0.9, 0.999), weight decay 0.01 off biases and norms, 10% linear warmup
   then linear decay to 0, batch 32, gradient norm clipped at 1, the same epochs; a word's label
   on its first piece; questions read as run_qa.py does, windows of 384 tokens with a stride of
   128, an answer not wholly in a window pointing at [CLS]), batches padded to their longest row,
@@ -58,6 +59,12 @@ from pygpt_runtime.conll import Sentence, read_conll, score
 from pygpt_runtime.families import SPAN_LABELS
 from pygpt_runtime.squad import (answers_scored, questions_of, read_squad, squad_scores,
                                  unanswerable)
+
+
+# transformers' BERT drops attention probabilities in training (attention_probs_dropout_prob
+# 0.1); pygpt's has only the hidden dropout, which its fused attention leaves out of the kernel.
+# Off here, so that both sides train the same model.
+SAME_MODEL = {"attention_probs_dropout_prob": 0.0}
 
 
 def read_rows(path: Path) -> list[tuple[str, str]]:
@@ -113,7 +120,8 @@ class Classify:
 
     def hf_model(self, hf_dir: Path):
         from transformers import BertForSequenceClassification
-        return BertForSequenceClassification.from_pretrained(hf_dir, num_labels=len(self.labels))
+        return BertForSequenceClassification.from_pretrained(hf_dir, num_labels=len(self.labels),
+                                                             **SAME_MODEL)
 
     def hf_rows(self, tokenizer, most: int) -> list:
         return self.train
@@ -168,7 +176,8 @@ class Tag:
 
     def hf_model(self, hf_dir: Path):
         from transformers import BertForTokenClassification
-        return BertForTokenClassification.from_pretrained(hf_dir, num_labels=len(self.labels))
+        return BertForTokenClassification.from_pretrained(hf_dir, num_labels=len(self.labels),
+                                                          **SAME_MODEL)
 
     def hf_rows(self, tokenizer, most: int) -> list:
         return self.train
@@ -240,7 +249,7 @@ class Answer:
 
     def hf_model(self, hf_dir: Path):
         from transformers import BertForQuestionAnswering
-        return BertForQuestionAnswering.from_pretrained(hf_dir)
+        return BertForQuestionAnswering.from_pretrained(hf_dir, **SAME_MODEL)
 
     def windows(self, tokenizer, questions: list) -> tuple[Any, list[tuple[int, int]]]:
         """The questions' windows (tokenizer output with offsets and each window's question)
@@ -405,6 +414,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("runs/finetune"))
     p.add_argument("--int8", action="store_true",
                    help="also score pygpt's model exported to ONNX, fp32 and int8 graphs")
+    p.add_argument("--sides", nargs="+", choices=["pygpt", "transformers"],
+                   default=["pygpt", "transformers"],
+                   help="which sides to run (two processes, one a side, load the machine alike)")
     p.add_argument("--max-steps", type=int, default=None,
                    help="stop both sides after this many steps (--max-iters for pygpt), to time "
                         "steps; the scores are then not the recipe's")
@@ -431,6 +443,7 @@ def main() -> None:
                                      args.threads, steps, args.int8),
         "transformers": lambda s: transformers_run(task, args.hf, s, args.threads,
                                                    args.max_steps)}
+    sides = {side: run for side, run in sides.items() if side in args.sides}
     if args.old_preset:
         sides[f"pygpt --preset bert-{args.task}"] = lambda s: pygpt_run(
             task, imported, train, val, args.out / f"pygpt-old-{s}", s, args.threads,
