@@ -251,13 +251,14 @@ class Answer:
         from transformers import BertForQuestionAnswering
         return BertForQuestionAnswering.from_pretrained(hf_dir, **SAME_MODEL)
 
-    def windows(self, tokenizer, questions: list) -> tuple[Any, list[tuple[int, int]]]:
+    def windows(self, tokenizer, questions: list) -> tuple[Any, list[tuple]]:
         """The questions' windows (tokenizer output with offsets and each window's question)
-        and each window's answer tokens, (0, 0) where it does not hold all of the answer."""
+        and each window as a row for hf_batch: its token ids, segment ids and answer tokens,
+        (0, 0) where it does not hold all of the answer."""
         found = tokenizer([q.question for q in questions], [q.context for q in questions],
                           truncation="only_second", max_length=self.WINDOW, stride=self.STRIDE,
                           return_overflowing_tokens=True, return_offsets_mapping=True)
-        spans = []
+        rows = []
         for w, n in enumerate(found["overflow_to_sample_mapping"]):
             answers, span = questions[n].answers, (0, 0)
             if answers:
@@ -268,17 +269,15 @@ class Answer:
                     first = next(i for i in context if offsets[i][1] > start)
                     last = max(i for i in context if offsets[i][0] < end)
                     span = (first, last)
-            spans.append(span)
-        return found, spans
+            rows.append((found["input_ids"][w], found["token_type_ids"][w], span))
+        return found, rows
 
     def hf_rows(self, tokenizer, most: int) -> list:
-        found, spans = self.windows(tokenizer, questions_of(self.train))
-        return [(found["input_ids"][w], found["token_type_ids"][w], span)
-                for w, span in enumerate(spans)]
+        return self.windows(tokenizer, questions_of(self.train))[1]
 
     def hf_batch(self, tokenizer, rows: list, most: int) -> dict[str, Any]:
-        most = max(len(ids) for ids, _, _ in rows)
-        ids = torch.full((len(rows), most), tokenizer.pad_token_id)
+        longest = max(len(ids) for ids, _, _ in rows)
+        ids = torch.full((len(rows), longest), tokenizer.pad_token_id)
         types, mask = torch.zeros_like(ids), torch.zeros_like(ids)
         for b, (row, segments, _) in enumerate(rows):
             ids[b, :len(row)], types[b, :len(row)], mask[b, :len(row)] = (
@@ -288,13 +287,11 @@ class Answer:
                 "end_positions": torch.tensor([span[1] for _, _, span in rows])}
 
     def hf_scores(self, model, tokenizer, most: int) -> dict[str, float]:
-        found, spans = self.windows(tokenizer, self.questions)
-        rows = [(found["input_ids"][w], found["token_type_ids"][w], span)
-                for w, span in enumerate(spans)]
+        found, rows = self.windows(tokenizer, self.questions)
         logits = []
         for at in range(0, len(rows), 64):
-            out = model(**{k: v for k, v in self.hf_batch(tokenizer, rows[at:at + 64], most).items()
-                           if not k.endswith("_positions")})
+            batch = self.hf_batch(tokenizer, rows[at:at + 64], most)
+            out = model(**{k: v for k, v in batch.items() if not k.endswith("_positions")})
             logits += list(zip(out.start_logits.numpy(), out.end_logits.numpy()))
         best: dict[int, tuple[float, str]] = {}
         null: dict[int, float] = {}
