@@ -5,28 +5,35 @@
 // Three kernels on the stream:
 //   1. preprocess: delta = rowsum(dO * O) in float32 into the workspace, and the float32 dQ
 //      accumulator (also in the workspace) zeroed;
-//   2. main: one block of 4 warps per (batch * head, 64-key tile). Its K and V tiles stay in
-//      shared memory; each warp owns 16 of the keys and keeps their dK and dV (16 x D each) in
-//      float32 registers, C-fragment layout, while the 32-query tiles that see any of the block's
-//      keys stream past (Q and dO through two shared-memory buffers: cp.async fetches tile t + 1
-//      while the warps compute on tile t). Per query tile, each warp:
-//        a. S^T = K Q^T and dP^T = V dO^T (16 keys x 32 queries) by mma.m16n8k16: the A operands
-//           are the warp's K and V rows (ldmatrix.x4, as the forward loads Q), the B operands
-//           Q^T and dO^T by plain ldmatrix of Q's and dO's rows (stored by rows they are Q^T and
-//           dO^T stored by columns, as K is in the forward);
-//        b. P^T = exp2(S^T scale log2(e) + bias log2(e) - lse log2(e)) and
-//           dS^T = P^T * (dP^T - delta), elementwise in registers with the forward's masks
-//           (MmaLayout says which (key, query) each element is); masked elements are exactly 0;
-//        c. dV += P^T dO and dK += dS^T Q by mma, P^T and dS^T rounded to the input type in
-//           registers and used as A operands as they lie (the forward's P trick: the C fragments
-//           of n-blocks 2 kk and 2 kk + 1 are the A fragment over queries 16 kk .. 16 kk + 15),
-//           dO and Q by ldmatrix.trans (row-major K x N tiles, as V in the forward);
-//        d. dS^T, rounded, to shared memory;
-//      then, after a barrier, dQ (32 x D) += dS K over the block's 64 keys: each warp one
-//      (16 queries x D / 2 dims) part, dS's A fragments by ldmatrix.trans of the stored dS^T,
-//      K's B fragments by ldmatrix.trans of K's rows; the float32 parts are atomically added
-//      (atomicAdd) to the workspace's dQ accumulator. At the end dk = scale * dK and dv = dV
-//      are rounded and stored.
+//   2. main: one block per (batch * head, 64-key tile), of 4 warps at D = 64 and 8 at D = 128.
+//      Its K and V tiles stay in shared memory. The warps form four key groups of 16 keys; a
+//      group has D / 64 warps, each keeping dK and dV of the group's keys at 64 of the head dims
+//      (16 x 64 each) in float32 registers, C-fragment layout (so D = 128 holds as few
+//      accumulators a thread as D = 64, and neither spills), while the 32-query tiles that see
+//      any of the block's keys stream past (Q and dO through two shared-memory buffers: cp.async
+//      fetches tile t + 1 while the warps compute on tile t). Per query tile:
+//        1. each warp, for its group's keys and its query halves (16 queries each: both at
+//           D = 64, one at D = 128):
+//           a. S^T = K Q^T and dP^T = V dO^T (16 keys x 16 queries) by mma.m16n8k16: the A
+//              operands are the group's K and V rows (ldmatrix.x4, as the forward loads Q), the
+//              B operands Q^T and dO^T by plain ldmatrix of Q's and dO's rows (stored by rows
+//              they are Q^T and dO^T stored by columns, as K is in the forward);
+//           b. P^T = exp2(S^T scale log2(e) + bias log2(e) - lse log2(e)) and
+//              dS^T = P^T * (dP^T - delta), elementwise in registers with the forward's masks
+//              (MmaLayout says which (key, query) each element is); masked elements are
+//              exactly 0;
+//           c. P^T and dS^T, rounded to the input type as they lie (the C fragments of
+//              n-blocks 2 kk and 2 kk + 1 are the A fragment over queries 16 kk .. + 15), to
+//              shared memory;
+//        then, after a barrier,
+//        2. dV += P^T dO and dK += dS^T Q by mma over the tile's 32 queries, each warp its
+//           group's keys at its 64 dims: P^T and dS^T by ldmatrix.x4 of their rows, dO and Q by
+//           ldmatrix.trans (row-major K x N tiles, as V in the forward);
+//        3. dQ (32 x D) += dS K over the block's 64 keys: each warp one (16 queries x 32 dims)
+//           part, dS's A fragments by ldmatrix.trans of the stored dS^T, K's B fragments by
+//           ldmatrix.trans of K's rows; the float32 parts are atomically added (atomicAdd) to
+//           the workspace's dQ accumulator.
+//      At the end dk = scale * dK and dv = dV are rounded and stored.
 //   3. convert: dq = scale * dQ accumulator, rounded to the input type.
 // dQ is summed over key tiles owned by different blocks; float32 atomics do that in one pass
 // with no second sweep over K, V (FlashAttention-2's choice), at the price of a run-to-run
@@ -35,23 +42,25 @@
 //
 // Bias gradients (AttentionBias, float32): every visible dS element adds itself, unrounded, to a
 // shared-memory bin of its key - query offset within the (query tile, key tile) pair (shared
-// float atomics); after the tile one thread per nonzero bin adds the bin to the head's table
+// float atomics; the bias itself is read by bin too, computed once a tile); after the tile one thread per nonzero bin adds the bin to the head's table
 // column of that distance and, times -|d|, to its slope (global float32 atomics), the outputs of
 // attention.cu's add_bias_grads.
 //
 // Masking and lengths as the forward: query i sees key j iff i < Lq, j < Lk and, causal,
 // j <= i + Lk - Lq. A block's query loop runs from the first query that sees any of its keys to
 // Lq; Q and dO rows past Lq and K, V rows past Lk are zero-filled by cp.async's src-size 0 and
-// never read, and lse and delta are read only for real queries; a warp skips (warp-uniformly)
-// the query tiles none of whose queries sees its keys, writing zeros as its part of dS. A block
+// never read, and lse and delta are read only for real queries; a key group skips
+// (warp-uniformly) the query tiles none of whose queries sees its keys, writing zeros as its
+// part of P^T and dS^T. A block
 // whose keys all lie past Lk loops over nothing and writes zero dk, dv; padded queries' dq stays
 // the preprocess's zero.
 //
 // Shared memory (16-bit elements unless said): K and V tiles (64 x D), two Q and two dO buffers
-// (32 x D), all swizzled as in the forward; dS^T (64 x 40: rows padded by 8 elements, 80 bytes,
-// so the 8 rows of an ldmatrix phase and the 8 row groups of a fragment store fall in 8
-// different 16-byte bank groups); float32 lse, delta (32 each) and the bias bins (95):
-// 37.5 KB at D = 64, 69.5 KB at D = 128 (opted in; sm_80 grants 163 KB).
+// (32 x D), all swizzled as in the forward; P^T and dS^T (64 x 40 each: rows padded by 8
+// elements, 80 bytes, so the 8 rows of an ldmatrix phase and the 8 row groups of a fragment
+// store fall in 8 different 16-byte bank groups); float32 lse, delta (32 each), the bias
+// gradient bins and the bias by bin (95 each): 43.0 KB at D = 64, 75.0 KB at D = 128 (opted in;
+// sm_80 grants 163 KB).
 //
 // Framework-free: raw device pointers and sizes, launched on the caller's stream.
 #include <climits>
@@ -82,26 +91,32 @@ using tc::visible_keys;
 
 template <int D>
 struct TcBackwardConfig {
-  static constexpr int kWarps = 4;
+  static constexpr int kDimParts = D / 64;     // warps sharing 16 keys, each 64 dims of dK, dV
+  static constexpr int kWarps = 4 * kDimParts;
   static constexpr int kThreads = kWarps * kWarpSize;
-  static constexpr int kBlockK = 16 * kWarps;  // keys per block, 16 per warp
+  static constexpr int kBlockK = 64;           // keys per block, 16 per key group of warps
   static constexpr int kBlockQ = 32;           // queries per streamed tile
-  static constexpr int kDsLd = kBlockQ + 8;    // dS^T row stride (elements), see the top
+  static constexpr int kPartDims = D / kDimParts;  // 64
+  static constexpr int kDsLd = kBlockQ + 8;    // P^T and dS^T row stride (elements), see the top
   static constexpr int kBins = kBlockK + kBlockQ - 1;  // key - query offsets within a tile pair
   static constexpr int kKVElems = kBlockK * D;
   static constexpr int kQElems = kBlockQ * D;
-  // 16-bit: K, V, Q buffers 0 and 1, dO buffers 0 and 1, dS^T; then float32: lse, delta, bins.
+  static constexpr int kDsElems = kBlockK * kDsLd;
+  // 16-bit: K, V, Q buffers 0 and 1, dO buffers 0 and 1, P^T, dS^T; then float32: lse, delta,
+  // the bias gradient bins and the bias by bin.
   static constexpr int kVOffset = kKVElems;
   static constexpr int kQOffset = 2 * kKVElems;
   static constexpr int kDOOffset = kQOffset + 2 * kQElems;
-  static constexpr int kDsOffset = kDOOffset + 2 * kQElems;
-  static constexpr int kHalfElems = kDsOffset + kBlockK * kDsLd;
+  static constexpr int kPOffset = kDOOffset + 2 * kQElems;
+  static constexpr int kDsOffset = kPOffset + kDsElems;
+  static constexpr int kHalfElems = kDsOffset + kDsElems;
   static constexpr size_t kSharedBytes =
-      kHalfElems * sizeof(uint16_t) + (2 * kBlockQ + kBins) * sizeof(float);
+      kHalfElems * sizeof(uint16_t) + (2 * kBlockQ + 2 * kBins) * sizeof(float);
   static constexpr int kPreprocessThreads = 128;  // one warp per row
   static_assert(D == 64 || D == 128, "head dims 64 and 128");
   static_assert(kHalfElems * sizeof(uint16_t) % 16 == 0, "the float32 part stays aligned");
-  static_assert(2 * (kBlockQ / 16) == kWarps, "dQ parts: (16 queries, D / 2 dims) per warp");
+  static_assert(kBlockK == 16 * (kWarps / kDimParts), "16 keys per key group");
+  static_assert((kBlockQ / 16) * (D / 32) == kWarps, "dQ parts: (16 queries, 32 dims) per warp");
 };
 
 template <typename T>
@@ -185,28 +200,31 @@ template <typename T, int D>
 __global__ void __launch_bounds__(TcBackwardConfig<D>::kThreads)
     attention_backward_tc_kernel(const TcBackwardParams p) {
   using C = TcBackwardConfig<D>;
-  constexpr int kBQ = C::kBlockQ, kBK = C::kBlockK, kLd = C::kDsLd;
-  constexpr int kSBlocks = kBQ / 8;  // n-blocks of S^T and dP^T (8 queries each)
-  constexpr int kDSteps = D / 16;    // k-steps of S^T = K Q^T and dP^T = V dO^T (16 head dims)
-  constexpr int kDBlocks = D / 8;    // n-blocks of dK and dV (8 head dims each)
-  constexpr int kQSteps = kBQ / 16;  // k-steps of dV += P^T dO and dK += dS^T Q (16 queries)
-  constexpr int kKSteps = kBK / 16;  // k-steps of dQ += dS K (16 keys)
-  constexpr int kQdBlocks = D / 16;  // n-blocks of a warp's dQ part (D / 2 head dims)
+  constexpr int kBQ = C::kBlockQ, kLd = C::kDsLd;
+  constexpr int kDSteps = D / 16;           // k-steps of S^T = K Q^T and dP^T = V dO^T
+  constexpr int kQSteps = kBQ / 16;         // query halves of a tile; k-steps of dV, dK
+  constexpr int kPartPairs = C::kPartDims / 16;  // n-block pairs of a warp's dK and dV part
+  constexpr int kKSteps = C::kBlockK / 16;  // k-steps of dQ += dS K (16 keys)
 
   uint16_t* const smem = detail::dynamic_shared<uint16_t>();
   uint16_t* const Ks = smem;
   uint16_t* const Vs = smem + C::kVOffset;
   uint16_t* const Qs = smem + C::kQOffset;    // buffer b at Qs + b * kQElems
   uint16_t* const dOs = smem + C::kDOOffset;  // likewise
-  uint16_t* const dSs = smem + C::kDsOffset;  // (kBK, kLd): dS^T, keys by rows
+  uint16_t* const Ps = smem + C::kPOffset;    // (kBlockK, kLd): P^T, keys by rows
+  uint16_t* const dSs = smem + C::kDsOffset;  // likewise dS^T
   float* const lse_s = reinterpret_cast<float*>(smem + C::kHalfElems);  // lse * log2(e)
   float* const delta_s = lse_s + kBQ;
   float* const bins = delta_s + kBQ;
+  float* const bias_s = bins + C::kBins;  // bias * log2(e) by bin, as `bins`
 
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int g = MmaLayout::group(lane), t = MmaLayout::thread_in_group(lane);
+  const int key_group = warp % (C::kWarps / C::kDimParts);  // its 16 keys of the block's 64
+  // Its query halves and dK, dV dims (a constant 0 at D = 64, so that loops over it unroll).
+  const int part = C::kDimParts == 1 ? 0 : warp / (C::kWarps / C::kDimParts);
   const int64_t bh = blockIdx.x / p.k_tiles;
-  const int64_t k0 = (blockIdx.x % p.k_tiles) * kBK;
+  const int64_t k0 = (blockIdx.x % p.k_tiles) * C::kBlockK;
   const int64_t Tq = p.Tq, Tk = p.Tk;
   const int64_t Lq = p.q_lengths ? p.q_lengths[bh / p.H] : Tq;
   const int64_t Lk = p.kv_lengths ? p.kv_lengths[bh / p.H] : Tk;
@@ -223,8 +241,8 @@ __global__ void __launch_bounds__(TcBackwardConfig<D>::kThreads)
   const int64_t q_first = q_begin / kBQ * kBQ;
   const int64_t tiles = (Lq - q_first + kBQ - 1) / kBQ;
 
-  load_tile_async<D, C::kThreads>(Ks, p.k + (bh * Tk + k0) * D, Lk - k0, kBK);
-  load_tile_async<D, C::kThreads>(Vs, p.v + (bh * Tk + k0) * D, Lk - k0, kBK);
+  load_tile_async<D, C::kThreads>(Ks, p.k + (bh * Tk + k0) * D, Lk - k0, C::kBlockK);
+  load_tile_async<D, C::kThreads>(Vs, p.v + (bh * Tk + k0) * D, Lk - k0, C::kBlockK);
   detail::cp_async_commit();
   if (tiles > 0) {
     load_tile_async<D, C::kThreads>(Qs, q + q_first * D, Lq - q_first, kBQ);
@@ -232,13 +250,17 @@ __global__ void __launch_bounds__(TcBackwardConfig<D>::kThreads)
     detail::cp_async_commit();
   }
 
-  // This lane's two keys (C-fragment rows g and g + 8 of the warp's 16).
-  const int64_t warp_k0 = k0 + 16 * warp;
-  const int64_t keys[2] = {warp_k0 + g, warp_k0 + g + 8};
+  // This lane's two keys (C-fragment rows g and g + 8 of the key group's 16).
+  const int64_t group_k0 = k0 + 16 * key_group;
+  const int64_t keys[2] = {group_k0 + g, group_k0 + g + 8};
+  // The row and chunk of this lane's address in an ldmatrix.x4 of a 16 x 16 tile at rows r0..,
+  // chunks c0, c0 + 1 (matrix m: rows 8 (m & 1) .. + 7, chunk m / 2), for non-transposed A
+  // fragments and for transposed B fragment pairs alike.
+  const int x4_row = (lane & 7) + ((lane >> 3) & 1) * 8, x4_chunk = lane >> 4;
 
-  float dk[kDBlocks][4], dv[kDBlocks][4];  // C fragments: keys by rows, head dims across
+  float dk[2 * kPartPairs][4], dv[2 * kPartPairs][4];  // C fragments: keys by rows, dims across
 #pragma unroll
-  for (int nb = 0; nb < kDBlocks; ++nb) {
+  for (int nb = 0; nb < 2 * kPartPairs; ++nb) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) dk[nb][i] = dv[nb][i] = 0.f;
   }
@@ -264,81 +286,109 @@ __global__ void __launch_bounds__(TcBackwardConfig<D>::kThreads)
     if (bias_grads) {  // block-uniform
       for (int c = threadIdx.x; c < C::kBins; c += C::kThreads) bins[c] = 0.f;
     }
-    __syncthreads();  // the tiles (and at tile 0 K, V), lse, delta and the zeroed bins are there
+    if (has_bias) {  // likewise
+      for (int c = threadIdx.x; c < C::kBins; c += C::kThreads) {
+        bias_s[c] = p.bias.at(h, k0 - qt0 - shift + c - (kBQ - 1)) * kLog2e;
+      }
+    }
+    __syncthreads();  // the tiles (and at tile 0 K, V), lse, delta, the bins and bias are there
 
     const uint16_t* const Qb = Qs + buf * C::kQElems;
     const uint16_t* const dOb = dOs + buf * C::kQElems;
-    // Warp-uniform: the tile's last real query sees the most keys; does it see this warp's?
+    // Warp-uniform: the tile's last real query sees the most keys; does it see the group's?
     const int64_t last = (qt0 + kBQ < Lq ? qt0 + kBQ : Lq) - 1;
-    if (visible_keys(last, Lq, Lk, p.causal) > warp_k0) {
-      // a. S^T = K Q^T and dP^T = V dO^T. Per pair of k-steps: the A fragments of the warp's K
-      // and V rows at head dims 32 pair .. + 31 (ldmatrix.x4: matrix m holds rows 8 (m & 1) ..
-      // + 7 at dims 8 (m / 2) .. + 7 of a 16-dim step), then per n-block one ldmatrix.x4 of
-      // Q's (dO's) rows 8 nb .. 8 nb + 7 at dims 8 (4 pair + m) .. + 7: registers 0, 1 are the
-      // B fragment of k-step 2 pair, 2, 3 that of 2 pair + 1.
-      float s[kSBlocks][4], dp[kSBlocks][4];
-#pragma unroll
-      for (int nb = 0; nb < kSBlocks; ++nb) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[nb][i] = dp[nb][i] = 0.f;
-      }
-      const int a_row = 16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-      for (int pair = 0; pair < kDSteps / 2; ++pair) {
-        uint32_t ka[2][4], va[2][4];
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          ldmatrix<4, false>(ka[u], Ks + swizzled<D>(a_row, 2 * (2 * pair + u) + (lane >> 4)));
-          ldmatrix<4, false>(va[u], Vs + swizzled<D>(a_row, 2 * (2 * pair + u) + (lane >> 4)));
-        }
-#pragma unroll
-        for (int nb = 0; nb < kSBlocks; ++nb) {
-          const int b_off = swizzled<D>(8 * nb + (lane & 7), 4 * pair + (lane >> 3));
-          uint32_t b[4];
-          ldmatrix<4, false>(b, Qb + b_off);
-          const uint32_t q_lo[2] = {b[0], b[1]}, q_hi[2] = {b[2], b[3]};
-          mma_m16n8k16<T>(s[nb], ka[0], q_lo, s[nb]);
-          mma_m16n8k16<T>(s[nb], ka[1], q_hi, s[nb]);
-          ldmatrix<4, false>(b, dOb + b_off);
-          const uint32_t o_lo[2] = {b[0], b[1]}, o_hi[2] = {b[2], b[3]};
-          mma_m16n8k16<T>(dp[nb], va[0], o_lo, dp[nb]);
-          mma_m16n8k16<T>(dp[nb], va[1], o_hi, dp[nb]);
-        }
-      }
+    const bool group_seen = visible_keys(last, Lq, Lk, p.causal) > group_k0;
 
-      // b. P^T and dS^T in place of S^T and dP^T. Element e of n-block nb is key keys[e / 2],
-      // query qt0 + 8 nb + c_col(e). Only visible elements: a masked one is exactly 0 whatever
-      // NaN its row's dO, delta or lse or its key's V holds; a visible NaN propagates.
+    // 1. P^T and dS^T of the group's 16 keys and this warp's query halves, to shared memory.
 #pragma unroll
-      for (int nb = 0; nb < kSBlocks; ++nb) {
+    for (int kk = part; kk < kQSteps; kk += C::kDimParts) {
+      uint16_t* const p_row = Ps + (16 * key_group + g) * kLd + 16 * kk + 2 * t;
+      uint16_t* const ds_row = dSs + (16 * key_group + g) * kLd + 16 * kk + 2 * t;
+      uint32_t pa[4] = {}, da[4] = {};  // no query of the tile sees these keys: P, dS are 0
+      if (group_seen) {
+        // a. S^T = K Q^T and dP^T = V dO^T over queries 16 kk .. + 15 (n-blocks 2 kk, + 1).
+        // Per pair of k-steps: the A fragments of the group's K and V rows at head dims
+        // 32 pair .. + 31, then per n-block one ldmatrix.x4 of Q's (dO's) rows at dims
+        // 8 (4 pair + m) .. + 7: registers 0, 1 are the B fragment of k-step 2 pair, 2, 3 that
+        // of 2 pair + 1.
+        float s[2][4] = {}, dp[2][4] = {};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = 8 * nb + MmaLayout::c_col(lane, e);
-          const int64_t i = qt0 + col, j = keys[e >> 1];
-          const bool vis = j < visible_keys(i, Lq, Lk, p.causal);
-          float x = fmaf(s[nb][e], p.scale_log2, -lse_s[col]);
-          if (has_bias) x = fmaf(p.bias.at(h, j - (i + shift)), kLog2e, x);
-          const float pe = vis ? exp2f(x) : 0.f;
-          const float ds = vis ? pe * (dp[nb][e] - delta_s[col]) : 0.f;
-          s[nb][e] = pe;
-          dp[nb][e] = ds;
-          if (bias_grads && vis) atomicAdd(bins + (j - k0) - col + (kBQ - 1), ds);
+        for (int pair = 0; pair < kDSteps / 2; ++pair) {
+          uint32_t ka[2][4], va[2][4];
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int off = swizzled<D>(16 * key_group + x4_row, 2 * (2 * pair + u) + x4_chunk);
+            ldmatrix<4, false>(ka[u], Ks + off);
+            ldmatrix<4, false>(va[u], Vs + off);
+          }
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            const int b_off = swizzled<D>(8 * (2 * kk + n) + (lane & 7), 4 * pair + (lane >> 3));
+            uint32_t b[4];
+            ldmatrix<4, false>(b, Qb + b_off);
+            const uint32_t q_lo[2] = {b[0], b[1]}, q_hi[2] = {b[2], b[3]};
+            mma_m16n8k16<T>(s[n], ka[0], q_lo, s[n]);
+            mma_m16n8k16<T>(s[n], ka[1], q_hi, s[n]);
+            ldmatrix<4, false>(b, dOb + b_off);
+            const uint32_t o_lo[2] = {b[0], b[1]}, o_hi[2] = {b[2], b[3]};
+            mma_m16n8k16<T>(dp[n], va[0], o_lo, dp[n]);
+            mma_m16n8k16<T>(dp[n], va[1], o_hi, dp[n]);
+          }
         }
-      }
 
-      // c. dV += P^T dO, dK += dS^T Q; d. dS^T to shared memory. One ldmatrix.x4.trans per
-      // k-step and pair of n-blocks: matrix m holds queries 16 kk + 8 (m & 1) .. + 7 at head
-      // dims 8 (2 pair + m / 2) .. + 7, so registers 0, 1 are the B fragment of n-block 2 pair,
-      // 2, 3 that of 2 pair + 1.
+        // b. P^T and dS^T in place of S^T and dP^T. Element e of n-block n is key
+        // keys[e / 2], query qt0 + col, and its bin (key - k0) - col + kBQ - 1 (the bias and
+        // bias gradient of its key - query offset). Only visible elements: a masked one is
+        // exactly 0 whatever NaN its row's dO, delta or lse or its key's V holds; a visible
+        // NaN propagates.
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = 8 * (2 * kk + n) + MmaLayout::c_col(lane, e);
+            const int bin = 16 * key_group + g + 8 * (e >> 1) - col + (kBQ - 1);
+            const bool vis = keys[e >> 1] < visible_keys(qt0 + col, Lq, Lk, p.causal);
+            float x = fmaf(s[n][e], p.scale_log2, -lse_s[col]);
+            if (has_bias) x += bias_s[bin];
+            const float pe = vis ? exp2f(x) : 0.f;
+            const float ds = vis ? pe * (dp[n][e] - delta_s[col]) : 0.f;
+            s[n][e] = pe;
+            dp[n][e] = ds;
+            if (bias_grads && vis) atomicAdd(bins + bin, ds);
+          }
+        }
+        // Rounded to T, the A fragments of P^T and dS^T over these 16 queries as they lie.
+        a_from_c_pair<T>(s[0], s[1], pa);
+        a_from_c_pair<T>(dp[0], dp[1], da);
+      }
+      // Registers 0..3: rows g, g + 8 at queries 16 kk + 2t, + 1, then + 8, + 9.
+      *reinterpret_cast<uint32_t*>(p_row) = pa[0];
+      *reinterpret_cast<uint32_t*>(p_row + 8 * kLd) = pa[1];
+      *reinterpret_cast<uint32_t*>(p_row + 8) = pa[2];
+      *reinterpret_cast<uint32_t*>(p_row + 8 * kLd + 8) = pa[3];
+      *reinterpret_cast<uint32_t*>(ds_row) = da[0];
+      *reinterpret_cast<uint32_t*>(ds_row + 8 * kLd) = da[1];
+      *reinterpret_cast<uint32_t*>(ds_row + 8) = da[2];
+      *reinterpret_cast<uint32_t*>(ds_row + 8 * kLd + 8) = da[3];
+    }
+    __syncthreads();  // the whole P^T and dS^T tiles and the bias bins are written
+
+    // 2. dV += P^T dO and dK += dS^T Q for the group's 16 keys and this warp's kPartDims head
+    // dims, over the tile's 32 queries. P^T's and dS^T's A fragments by ldmatrix.x4 of their
+    // rows (as K's in a); dO's and Q's B fragments by one ldmatrix.x4.trans per pair of n-blocks:
+    // matrix m holds queries 16 kk + 8 (m & 1) .. + 7 at head dims 8 (chunk0 + 2 pair + m / 2)
+    // .. + 7, so registers 0, 1 are the B fragment of n-block 2 pair, 2, 3 that of 2 pair + 1.
+    if (group_seen) {
+      const int chunk0 = part * (C::kPartDims / 8);
 #pragma unroll
       for (int kk = 0; kk < kQSteps; ++kk) {
         uint32_t pa[4], da[4];
-        a_from_c_pair<T>(s[2 * kk], s[2 * kk + 1], pa);
-        a_from_c_pair<T>(dp[2 * kk], dp[2 * kk + 1], da);
-        const int row = 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int a_off = (16 * key_group + x4_row) * kLd + 16 * kk + 8 * x4_chunk;
+        ldmatrix<4, false>(pa, Ps + a_off);
+        ldmatrix<4, false>(da, dSs + a_off);
 #pragma unroll
-        for (int pair = 0; pair < kDBlocks / 2; ++pair) {
-          const int off = swizzled<D>(row, 2 * pair + (lane >> 4));
+        for (int pair = 0; pair < kPartPairs; ++pair) {
+          const int off = swizzled<D>(16 * kk + x4_row, chunk0 + 2 * pair + x4_chunk);
           uint32_t b[4];
           ldmatrix<4, true>(b, dOb + off);
           const uint32_t o_lo[2] = {b[0], b[1]}, o_hi[2] = {b[2], b[3]};
@@ -349,43 +399,27 @@ __global__ void __launch_bounds__(TcBackwardConfig<D>::kThreads)
           mma_m16n8k16<T>(dk[2 * pair], da, q_lo, dk[2 * pair]);
           mma_m16n8k16<T>(dk[2 * pair + 1], da, q_hi, dk[2 * pair + 1]);
         }
-        // da's registers are dS^T rows g and g + 8, queries 16 kk + 2t, + 1 and + 8, + 9.
-        uint16_t* const ds_row = dSs + (16 * warp + g) * kLd + 16 * kk + 2 * t;
-        *reinterpret_cast<uint32_t*>(ds_row) = da[0];
-        *reinterpret_cast<uint32_t*>(ds_row + 8 * kLd) = da[1];
-        *reinterpret_cast<uint32_t*>(ds_row + 8) = da[2];
-        *reinterpret_cast<uint32_t*>(ds_row + 8 * kLd + 8) = da[3];
       }
-    } else {  // no query of the tile sees these keys: their dS is 0
-      uint32_t* const ds_rows = reinterpret_cast<uint32_t*>(dSs + 16 * warp * kLd);
-      for (int w = lane; w < 16 * kLd / 2; w += kWarpSize) ds_rows[w] = 0u;
     }
-    __syncthreads();  // the whole dS^T tile and the bias bins are written
 
-    // dQ += dS K: this warp's part, queries 16 (warp / 2) .. + 15, head dims (warp % 2) D / 2 ..
-    // + D / 2 - 1. dS's A fragment over keys 16 kk .. + 15 by one ldmatrix.x4.trans of dS^T:
-    // matrix m = (queries 0-7 | 8-15 as m & 1) x (keys 0-7 | 8-15 as m / 2) is stored as keys
-    // by rows, and .trans gives lane (g, t) its elements (query g, keys 2t, 2t + 1): registers
-    // a0a1, a2a3, a4a5, a6a7 in that order. K's B fragments: ldmatrix.x4.trans of K's rows as
-    // in c.
+    // 3. dQ += dS K: this warp's part, queries 16 (warp % 2) .. + 15, head dims
+    // 32 (warp / 2) .. + 31. dS's A fragment over keys 16 kk .. + 15 by one ldmatrix.x4.trans
+    // of dS^T: matrix m = (queries 0-7 | 8-15 as m & 1) x (keys 0-7 | 8-15 as m / 2) is stored
+    // as keys by rows, and .trans gives lane (g, t) its elements (query g, keys 2t, 2t + 1):
+    // registers a0a1, a2a3, a4a5, a6a7 in that order. K's B fragments: ldmatrix.x4.trans of
+    // K's rows as dO's in 2.
     {
-      const int q_part = 16 * (warp >> 1), chunk0 = (warp & 1) * (D / 16);
-      float dq[kQdBlocks][4];
-#pragma unroll
-      for (int nb = 0; nb < kQdBlocks; ++nb) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) dq[nb][i] = 0.f;
-      }
+      const int q_part = 16 * (warp % 2), chunk0 = 4 * (warp / 2);
+      float dq[4][4] = {};
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
         uint32_t a[4];
-        ldmatrix<4, true>(a, dSs + (16 * kk + ((lane >> 4) & 1) * 8 + (lane & 7)) * kLd +
-                                 q_part + ((lane >> 3) & 1) * 8);
-        const int row = 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8;
+        ldmatrix<4, true>(a, dSs + (16 * kk + x4_chunk * 8 + (lane & 7)) * kLd + q_part +
+                                 ((lane >> 3) & 1) * 8);
 #pragma unroll
-        for (int pair = 0; pair < kQdBlocks / 2; ++pair) {
+        for (int pair = 0; pair < 2; ++pair) {
           uint32_t b[4];
-          ldmatrix<4, true>(b, Ks + swizzled<D>(row, chunk0 + 2 * pair + (lane >> 4)));
+          ldmatrix<4, true>(b, Ks + swizzled<D>(16 * kk + x4_row, chunk0 + 2 * pair + x4_chunk));
           const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
           mma_m16n8k16<T>(dq[2 * pair], a, b_lo, dq[2 * pair]);
           mma_m16n8k16<T>(dq[2 * pair + 1], a, b_hi, dq[2 * pair + 1]);
@@ -397,11 +431,11 @@ __global__ void __launch_bounds__(TcBackwardConfig<D>::kThreads)
         // Padded rows' dq stays the preprocess's zero; a row that sees none of this block's
         // keys adds nothing (not even 0 times a NaN key).
         if (visible_keys(i, Lq, Lk, p.causal) <= k0) continue;
-        float* const row_acc = p.dq_acc + (bh * Tq + i) * D + 8 * chunk0;
+        float* const row_acc = p.dq_acc + (bh * Tq + i) * D + 8 * chunk0 + 2 * t;
 #pragma unroll
-        for (int nb = 0; nb < kQdBlocks; ++nb) {
-          atomicAdd(row_acc + 8 * nb + 2 * t, dq[nb][2 * r]);
-          atomicAdd(row_acc + 8 * nb + 2 * t + 1, dq[nb][2 * r + 1]);
+        for (int nb = 0; nb < 4; ++nb) {
+          atomicAdd(row_acc + 8 * nb, dq[nb][2 * r]);
+          atomicAdd(row_acc + 8 * nb + 1, dq[nb][2 * r + 1]);
         }
       }
     }
@@ -417,18 +451,19 @@ __global__ void __launch_bounds__(TcBackwardConfig<D>::kThreads)
         }
       }
     }
-    __syncthreads();  // buffers, dS^T, lse, delta and bins are free for the next tile
+    __syncthreads();  // buffers, P^T, dS^T, lse, delta, bins and bias are free for the next tile
   }
 
-  // dk = scale * dK, dv = dV, rounded; keys past Lk hold zeros (their P and dS were 0).
+  // dk = scale * dK, dv = dV, rounded, this warp's dims; keys past Lk hold zeros (their P and dS
+  // were 0).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t j = keys[r];
     if (j >= Tk) continue;
-    uint16_t* const dk_row = p.dk + (bh * Tk + j) * D;
-    uint16_t* const dv_row = p.dv + (bh * Tk + j) * D;
+    uint16_t* const dk_row = p.dk + (bh * Tk + j) * D + part * C::kPartDims;
+    uint16_t* const dv_row = p.dv + (bh * Tk + j) * D + part * C::kPartDims;
 #pragma unroll
-    for (int nb = 0; nb < kDBlocks; ++nb) {
+    for (int nb = 0; nb < 2 * kPartPairs; ++nb) {
       const int c = 8 * nb + MmaLayout::c_col(lane, 0);
       *reinterpret_cast<uint32_t*>(dk_row + c) =
           pack2<T>(dk[nb][2 * r] * p.scale, dk[nb][2 * r + 1] * p.scale);
