@@ -47,10 +47,11 @@ class Int8Settings:
         return self if self.per_channel is not None else replace(self, per_channel=per_channel)
 
     def record(self) -> dict[str, Any]:
-        return {"weights": self.weights, "per_channel": self._per_channel(),
+        return {"weights": self.weights, "per_channel": self.scales_per_channel(),
                 "exclude": list(self.exclude)}
 
-    def _per_channel(self) -> bool:
+    def scales_per_channel(self) -> bool:
+        """Whether the weights get a scale per output channel (not per tensor)."""
         if self.per_channel is None:
             raise ValueError("int8 settings whose scales are left to the family must be "
                              "resolved by it first")
@@ -126,7 +127,8 @@ def quantize_int8(src: Path, dst: Path, settings: Int8Settings) -> None:
     # u8 x s8 products in pairs into int16, which full 8-bit weights saturate; the export runs
     # on any CPU, so it keeps every one accurate (the translator's int8 test kept 13 of 20 fp32
     # translations on a Zen 3 without it, 16 required).
-    quantize_dynamic(model, str(dst), per_channel=settings._per_channel(), reduce_range=True,
+    quantize_dynamic(model, str(dst), per_channel=settings.scales_per_channel(),
+                     reduce_range=True,
                      weight_type=QuantType.QInt8 if settings.weights == "qint8"
                      else QuantType.QUInt8,
                      nodes_to_exclude=nodes_of(src, settings.exclude) if settings.exclude else [])
