@@ -5,19 +5,17 @@ end logit); or, with --data, its SQuAD exact match and F1 on a SQuAD v1.1 or v2.
 context longer than the model's window is read in overlapping windows, as in training."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Optional
 
-from pygpt.config.flags import add_batch_flags
 from pygpt.data.squad import EncodedQA
-from pygpt.mixed_precision import autocast
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load, load_labels
 from pygpt.tasks.qa import SPAN_LABELS, predict_answers
+from pygpt.tasks.command import task_parser, task_run
 from pygpt.tokenizer import require_specials
 from pygpt_runtime.answering import Prediction, answer_lines
-from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
+from pygpt_runtime.cli_checks import utf8_text
 from pygpt_runtime.squad import (Question, answers_scored, questions_of, read_squad, report,
                                  unanswerable)
 
@@ -48,10 +46,8 @@ def answer(model: BERT, tokenizer, question: str, context: str, no_answer: bool 
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m pygpt.answer", description=__doc__,
-                                formatter_class=HelpFormatter)
-    p.add_argument("--ckpt", default="out", help="a question answerer's checkpoint folder "
-                                                 "(python -m pygpt.train --task qa)")
+    p = task_parser("answer", __doc__, "a question answerer's checkpoint folder (python -m "
+                                       "pygpt.train --task qa)", "rows")
     p.add_argument("--question", default=None, help="a question to answer from --context "
                                                     "(default: none; give it or --data)")
     p.add_argument("--context", default=None, help="the text that holds the answer")
@@ -63,42 +59,31 @@ def main(argv: Optional[list[str]] = None) -> None:
                         "the best span's by more than --null-threshold")
     p.add_argument("--null-threshold", type=float, default=0.0,
                    help="how far the [CLS] score must beat the best span's for no answer")
-    add_batch_flags(p, "rows")
     args = p.parse_args(argv)
-    with exits_cleanly(), autocast("cpu", args.dtype):  # Ctrl-C or `| head`: no traceback
-        try:
-            if (args.data is None) == (args.question is None):
-                raise ValueError("give either --data (a SQuAD file) or --question and --context")
-            if args.question is not None and args.context is None:
-                raise ValueError("--question needs --context, the text that holds the answer")
-            if args.data is not None and args.context is not None:
-                raise ValueError("--context goes with --question; --data holds its contexts")
-            if args.batch_size < 1:
-                raise ValueError("--batch-size must be at least 1")
-            if args.question is not None:
-                utf8_text(args.question, "--question")
-                utf8_text(args.context, "--context")
-                if not args.question.strip():
-                    raise ValueError("--question is empty")
-                if not args.context.strip():
-                    raise ValueError("--context is empty")
-            model, tokenizer = load_answerer(args.ckpt, args.kernels)
-            if args.question is not None:
-                found = answer(model, tokenizer, args.question, args.context, args.no_answer,
-                               args.null_threshold)
-            else:
-                questions = questions_of(read_squad(args.data))
-                encoded = EncodedQA(questions, tokenizer, model.config.block_size,
-                                    Path(args.data))
-                predicted = predict_answers(model, encoded, bool(unanswerable(questions)),
-                                            args.null_threshold, args.batch_size)
-                scores = answers_scored(questions, predicted)
-        except (ValueError, FileNotFoundError) as e:
-            raise SystemExit(f"error: {e}") from None
-        if args.question is None:
-            print(report(scores, len(questions)))
+    with task_run(args):
+        if (args.data is None) == (args.question is None):
+            raise ValueError("give either --data (a SQuAD file) or --question and --context")
+        if args.question is not None and args.context is None:
+            raise ValueError("--question needs --context, the text that holds the answer")
+        if args.data is not None and args.context is not None:
+            raise ValueError("--context goes with --question; --data holds its contexts")
+        if args.question is not None:
+            utf8_text(args.question, "--question")
+            utf8_text(args.context, "--context")
+            if not args.question.strip():
+                raise ValueError("--question is empty")
+            if not args.context.strip():
+                raise ValueError("--context is empty")
+        model, tokenizer = load_answerer(args.ckpt, args.kernels)
+        if args.question is not None:
+            print("\n".join(answer_lines(answer(model, tokenizer, args.question, args.context,
+                                                args.no_answer, args.null_threshold))))
         else:
-            print("\n".join(answer_lines(found)))
+            questions = questions_of(read_squad(args.data))
+            encoded = EncodedQA(questions, tokenizer, model.config.block_size, Path(args.data))
+            predicted = predict_answers(model, encoded, bool(unanswerable(questions)),
+                                        args.null_threshold, args.batch_size)
+            print(report(answers_scored(questions, predicted), len(questions)))
 
 
 if __name__ == "__main__":

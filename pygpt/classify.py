@@ -3,21 +3,19 @@ accuracy, macro-F1 and confusion table (rows: true label, columns: predicted) on
 or, with --text (and --text-pair), the label of one text and the probability of each label."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
 
-from pygpt.config.flags import add_batch_flags
-from pygpt.mixed_precision import autocast
 from pygpt.storage.checkpoint import load, load_labels
 from pygpt.data.labelled import Encoded, Example, counts, macro_f1, read_labelled
 from pygpt.decoding.finite import require_finite
 from pygpt.models import BERT
 from pygpt.tasks import TOKEN_HEADS
+from pygpt.tasks.command import task_parser, task_run
 from pygpt.tokenizer import require_specials
-from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
+from pygpt_runtime.cli_checks import utf8_text
 
 
 def classifier_labels(ckpt: str, model: torch.nn.Module, tokenizer) -> list[str]:
@@ -80,10 +78,8 @@ def report(predicted: torch.Tensor, true: torch.Tensor, labels: Sequence[str]) -
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m pygpt.classify", description=__doc__,
-                                formatter_class=HelpFormatter)
-    p.add_argument("--ckpt", default="out", help="a classifier checkpoint folder (python -m "
-                                                 "pygpt.train --task classify)")
+    p = task_parser("classify", __doc__, "a classifier checkpoint folder (python -m "
+                                         "pygpt.train --task classify)", "examples")
     p.add_argument("--data", default=None, help="labelled TSV or CSV (label and text columns, "
                                                 "optionally text_pair) to score the model on "
                                                 "(default: none; give --data or --text)")
@@ -91,38 +87,29 @@ def main(argv: Optional[list[str]] = None) -> None:
                    help="one text to classify (default: none; instead of --data)")
     p.add_argument("--text-pair", default=None, help="with --text: its second text, for a model "
                                                      "fine-tuned on pairs (default: none)")
-    add_batch_flags(p, "examples")
     args = p.parse_args(argv)
-    with exits_cleanly(), autocast("cpu", args.dtype):  # Ctrl-C or `| head`: no traceback
-        try:
-            if (args.data is None) == (args.text is None):
-                raise ValueError("give either --data (a labelled file) or --text")
-            if args.text_pair is not None and args.text is None:
-                raise ValueError("--text-pair goes with --text")
-            if args.batch_size < 1:
-                raise ValueError("--batch-size must be at least 1")
-            for flag, text in (("--text", args.text), ("--text-pair", args.text_pair)):
-                if text is not None:
-                    utf8_text(text, flag)
-            model, tokenizer, labels = load_classifier(args.ckpt, args.kernels)
-            block = model.config.block_size
-            if args.text is not None:
-                if not args.text.strip() or (args.text_pair is not None
-                                             and not args.text_pair.strip()):
-                    raise ValueError("--text and --text-pair must not be empty")
-                pairs = None if args.text_pair is None else [args.text_pair]
-                probs = classify_texts(model, tokenizer, labels, [args.text], pairs)[0]
-            else:
-                examples = read_labelled(args.data)
-                encoded = Encoded(examples, labels, tokenizer, block, Path(args.data))
-                predicted = predict(model, encoded, args.batch_size).argmax(-1)
-        except (ValueError, FileNotFoundError) as e:
-            raise SystemExit(f"error: {e}") from None
+    with task_run(args):
+        if (args.data is None) == (args.text is None):
+            raise ValueError("give either --data (a labelled file) or --text")
+        if args.text_pair is not None and args.text is None:
+            raise ValueError("--text-pair goes with --text")
+        for flag, text in (("--text", args.text), ("--text-pair", args.text_pair)):
+            if text is not None:
+                utf8_text(text, flag)
+        model, tokenizer, labels = load_classifier(args.ckpt, args.kernels)
         if args.text is not None:
+            if not args.text.strip() or (args.text_pair is not None
+                                         and not args.text_pair.strip()):
+                raise ValueError("--text and --text-pair must not be empty")
+            pairs = None if args.text_pair is None else [args.text_pair]
+            probs = classify_texts(model, tokenizer, labels, [args.text], pairs)[0]
             print(labels[int(probs.argmax())])
             for label, prob in sorted(zip(labels, probs.tolist()), key=lambda lp: -lp[1]):
                 print(f"  {label}: {prob:.4f}")
         else:
+            encoded = Encoded(read_labelled(args.data), labels, tokenizer,
+                              model.config.block_size, Path(args.data))
+            predicted = predict(model, encoded, args.batch_size).argmax(-1)
             print(report(predicted, encoded.labels, labels))
 
 

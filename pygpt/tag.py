@@ -4,18 +4,16 @@ type and character span [start, end) in the text; or, with --data, its entity-le
 recall and F1 per type and micro-averaged on a CoNLL file (conlleval's exact-span rule)."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Optional, Sequence
 
-from pygpt.config.flags import add_batch_flags
 from pygpt.data.conll import EncodedTags
-from pygpt.mixed_precision import autocast
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load, load_labels
 from pygpt.tasks.tagging import predict_tags
+from pygpt.tasks.command import task_parser, task_run
 from pygpt.tokenizer import require_specials
-from pygpt_runtime.cli_checks import HelpFormatter, exits_cleanly, utf8_text
+from pygpt_runtime.cli_checks import utf8_text
 from pygpt_runtime.conll import Sentence, file_report, read_conll, score
 from pygpt_runtime.tagging import OUTSIDE, entity_lines, overlap_for, text_entities
 from pygpt_runtime.text import word_spans
@@ -60,39 +58,28 @@ def tag_text(model: BERT, tokenizer, labels: Sequence[str], text: str, where: st
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m pygpt.tag", description=__doc__,
-                                formatter_class=HelpFormatter)
-    p.add_argument("--ckpt", default="out", help="an entity tagger's checkpoint folder (python "
-                                                 "-m pygpt.train --task tag)")
+    p = task_parser("tag", __doc__, "an entity tagger's checkpoint folder (python -m "
+                                    "pygpt.train --task tag)", "rows")
     p.add_argument("--text", default=None, help="a text whose entities to print (default: "
                                                 "none; give --text or --data)")
     p.add_argument("--data", default=None, help="a CoNLL file (a word and its BIO tag a line, a "
                                                 "blank line between sentences) to score the "
                                                 "tagger on (default: none)")
-    add_batch_flags(p, "rows")
     args = p.parse_args(argv)
-    with exits_cleanly(), autocast("cpu", args.dtype):  # Ctrl-C or `| head`: no traceback
-        try:
-            if (args.data is None) == (args.text is None):
-                raise ValueError("give either --data (a CoNLL file) or --text")
-            if args.batch_size < 1:
-                raise ValueError("--batch-size must be at least 1")
-            if args.text is not None:
-                utf8_text(args.text, "--text")
-            model, tokenizer, labels = load_tagger(args.ckpt, args.kernels)
-            if args.text is not None:
-                found = tag_text(model, tokenizer, labels, args.text)
-            else:
-                tagged = read_conll(args.data)
-                encoded = encode(tagged.sentences, model, tokenizer, labels, Path(args.data))
-                predicted = predict_tags(model, encoded, labels, args.batch_size)
-                scores = score([s.tags for s in tagged.sentences], predicted)
-        except (ValueError, FileNotFoundError) as e:
-            raise SystemExit(f"error: {e}") from None
+    with task_run(args):
+        if (args.data is None) == (args.text is None):
+            raise ValueError("give either --data (a CoNLL file) or --text")
         if args.text is not None:
+            utf8_text(args.text, "--text")
+        model, tokenizer, labels = load_tagger(args.ckpt, args.kernels)
+        if args.text is not None:
+            found = tag_text(model, tokenizer, labels, args.text)
             print("\n".join(entity_lines(args.text, found)))
         else:
-            print(file_report(tagged, scores))
+            tagged = read_conll(args.data)
+            encoded = encode(tagged.sentences, model, tokenizer, labels, Path(args.data))
+            predicted = predict_tags(model, encoded, labels, args.batch_size)
+            print(file_report(tagged, score([s.tags for s in tagged.sentences], predicted)))
 
 
 if __name__ == "__main__":

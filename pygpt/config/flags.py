@@ -78,10 +78,3 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="number type of the matrix products: bfloat16 or float16 run "
                              "under autocast (the weights stay float32)")
-
-
-def add_batch_flags(parser: argparse.ArgumentParser, unit: str) -> None:
-    """The flags of a command that runs a fine-tuned model over batches of `unit` (classify,
-    tag, answer): --batch-size (64; the command checks it is at least 1) and the model's."""
-    parser.add_argument("--batch-size", type=int, default=64, help=f"{unit} per forward pass")
-    add_model_flags(parser)
