@@ -11,8 +11,8 @@ from typing import Optional
 from pygpt.data.squad import EncodedQA
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load, load_labels
-from pygpt.tasks.qa import SPAN_LABELS, predict_answers
 from pygpt.tasks.command import task_parser, task_run
+from pygpt.tasks.qa import SPAN_LABELS, predict_answers
 from pygpt.tokenizer import require_specials
 from pygpt_runtime.answering import Prediction, answer_lines
 from pygpt_runtime.cli_checks import utf8_text

@@ -10,8 +10,8 @@ from typing import Optional, Sequence
 from pygpt.data.conll import EncodedTags
 from pygpt.models import BERT
 from pygpt.storage.checkpoint import load, load_labels
-from pygpt.tasks.tagging import predict_tags
 from pygpt.tasks.command import task_parser, task_run
+from pygpt.tasks.tagging import predict_tags
 from pygpt.tokenizer import require_specials
 from pygpt_runtime.cli_checks import utf8_text
 from pygpt_runtime.conll import Sentence, file_report, read_conll, score
