@@ -57,13 +57,17 @@ ROWS = ["our attention fwd", "our attention bwd", "ATen SDPA fwd", "ATen SDPA bw
 KINDS = {  # op name, or (in backward) autograd node name, -> kind of work
     **dict.fromkeys(["aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::matmul",
                      "aten::linear", "AddmmBackward", "MmBackward", "BmmBackward"], "matmuls"),
-    **dict.fromkeys(["pygpt::layer_norm", "pygpt::layer_norm_backward", "aten::layer_norm",
+    # Our fused ops count to the work they fuse: add_layer_norm (residual add + layer norm) to
+    # layer norm, bias_gelu (bias add + GELU; plain PyTorch adds that bias in its addmm) to GELU.
+    **dict.fromkeys(["pygpt::layer_norm", "pygpt::layer_norm_backward", "pygpt::add_layer_norm",
+                     "pygpt::add_layer_norm_backward", "aten::layer_norm",
                      "aten::native_layer_norm", "aten::native_layer_norm_backward"], "layer norm"),
     **dict.fromkeys(["pygpt::cross_entropy", "pygpt::cross_entropy_backward",
                      "aten::cross_entropy_loss", "aten::log_softmax", "aten::_log_softmax",
                      "aten::_log_softmax_backward_data", "aten::nll_loss", "aten::nll_loss_nd",
                      "aten::nll_loss_forward", "aten::nll_loss_backward"], "cross-entropy"),
-    **dict.fromkeys(["aten::gelu", "aten::gelu_backward", "GeluBackward"], "GELU"),
+    **dict.fromkeys(["pygpt::bias_gelu", "pygpt::bias_gelu_backward", "aten::gelu",
+                     "aten::gelu_backward", "GeluBackward"], "GELU"),
     **dict.fromkeys(["aten::dropout", "aten::native_dropout", "aten::native_dropout_backward",
                      "NativeDropoutBackward"], "dropout"),
 }
