@@ -91,12 +91,12 @@ using tc::visible_keys;
 
 template <int D>
 struct TcBackwardConfig {
-  static constexpr int kDimParts = D / 64;     // warps sharing 16 keys, each 64 dims of dK, dV
+  static constexpr int kPartDims = 64;         // head dims of dK and dV a warp keeps
+  static constexpr int kDimParts = D / kPartDims;  // warps sharing 16 keys
   static constexpr int kWarps = 4 * kDimParts;
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kBlockK = 64;           // keys per block, 16 per key group of warps
   static constexpr int kBlockQ = 32;           // queries per streamed tile
-  static constexpr int kPartDims = D / kDimParts;  // 64
   static constexpr int kDsLd = kBlockQ + 8;    // P^T and dS^T row stride (elements), see the top
   static constexpr int kBins = kBlockK + kBlockQ - 1;  // key - query offsets within a tile pair
   static constexpr int kKVElems = kBlockK * D;
@@ -286,9 +286,12 @@ __global__ void __launch_bounds__(TcBackwardConfig<D>::kThreads)
     if (bias_grads) {  // block-uniform
       for (int c = threadIdx.x; c < C::kBins; c += C::kThreads) bins[c] = 0.f;
     }
+    // Bin c holds the key - query offset (j - k0) - (i - qt0) = c - (kBQ - 1): the distance
+    // j - (i + shift) of the bias.
+    const auto bin_distance = [&](int c) { return k0 - qt0 - shift + c - (kBQ - 1); };
     if (has_bias) {  // likewise
       for (int c = threadIdx.x; c < C::kBins; c += C::kThreads) {
-        bias_s[c] = p.bias.at(h, k0 - qt0 - shift + c - (kBQ - 1)) * kLog2e;
+        bias_s[c] = p.bias.at(h, bin_distance(c)) * kLog2e;
       }
     }
     __syncthreads();  // the tiles (and at tile 0 K, V), lse, delta, the bins and bias are there
@@ -302,8 +305,7 @@ __global__ void __launch_bounds__(TcBackwardConfig<D>::kThreads)
     // 1. P^T and dS^T of the group's 16 keys and this warp's query halves, to shared memory.
 #pragma unroll
     for (int kk = part; kk < kQSteps; kk += C::kDimParts) {
-      uint16_t* const p_row = Ps + (16 * key_group + g) * kLd + 16 * kk + 2 * t;
-      uint16_t* const ds_row = dSs + (16 * key_group + g) * kLd + 16 * kk + 2 * t;
+      const int at = (16 * key_group + g) * kLd + 16 * kk + 2 * t;
       uint32_t pa[4] = {}, da[4] = {};  // no query of the tile sees these keys: P, dS are 0
       if (group_seen) {
         // a. S^T = K Q^T and dP^T = V dO^T over queries 16 kk .. + 15 (n-blocks 2 kk, + 1).
@@ -362,14 +364,14 @@ __global__ void __launch_bounds__(TcBackwardConfig<D>::kThreads)
         a_from_c_pair<T>(dp[0], dp[1], da);
       }
       // Registers 0..3: rows g, g + 8 at queries 16 kk + 2t, + 1, then + 8, + 9.
-      *reinterpret_cast<uint32_t*>(p_row) = pa[0];
-      *reinterpret_cast<uint32_t*>(p_row + 8 * kLd) = pa[1];
-      *reinterpret_cast<uint32_t*>(p_row + 8) = pa[2];
-      *reinterpret_cast<uint32_t*>(p_row + 8 * kLd + 8) = pa[3];
-      *reinterpret_cast<uint32_t*>(ds_row) = da[0];
-      *reinterpret_cast<uint32_t*>(ds_row + 8 * kLd) = da[1];
-      *reinterpret_cast<uint32_t*>(ds_row + 8) = da[2];
-      *reinterpret_cast<uint32_t*>(ds_row + 8 * kLd + 8) = da[3];
+      const auto store = [&](uint16_t* row, const uint32_t (&a)[4]) {
+        *reinterpret_cast<uint32_t*>(row) = a[0];
+        *reinterpret_cast<uint32_t*>(row + 8 * kLd) = a[1];
+        *reinterpret_cast<uint32_t*>(row + 8) = a[2];
+        *reinterpret_cast<uint32_t*>(row + 8 * kLd + 8) = a[3];
+      };
+      store(Ps + at, pa);
+      store(dSs + at, da);
     }
     __syncthreads();  // the whole P^T and dS^T tiles and the bias bins are written
 
@@ -440,11 +442,11 @@ __global__ void __launch_bounds__(TcBackwardConfig<D>::kThreads)
       }
     }
 
-    if (bias_grads) {  // bin c holds offset (j - k0) - (i - qt0) = c - (kBQ - 1)
+    if (bias_grads) {
       for (int c = threadIdx.x; c < C::kBins; c += C::kThreads) {
         const float sum = bins[c];
         if (sum == 0.f) continue;  // NaN is not 0: it propagates
-        const int64_t d = k0 - qt0 - shift + c - (kBQ - 1);
+        const int64_t d = bin_distance(c);
         if (p.dtable != nullptr) atomicAdd(p.dtable + h * p.bias.width() + p.bias.bucket(d), sum);
         if (p.dslopes != nullptr) {
           atomicAdd(p.dslopes + h, -sum * static_cast<float>(d < 0 ? -d : d));
