@@ -65,8 +65,8 @@ def bench(model_cfg, train_cfg, threads, steps, warmup, block, versus="torch", s
 
 
 def main(argv=None):
-    p = parser(__doc__, "kernel set", threads=[1, 2], steps=50, warmup=5,
-               warmup_help="untimed steps per kernel set first")
+    p = parser(__doc__, "side", threads=[1, 2], steps=50, warmup=5,
+               warmup_help="untimed steps per side first")
     p.add_argument("--versus", choices=["torch", "float32"], default="torch",
                    help="what our kernels in --dtype run against: plain PyTorch ops in --dtype, "
                         "or our kernels in float32")
